@@ -1,0 +1,151 @@
+"""The `trainscale` command: `train` (one process) and `run` (one grid point, locally)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+from trainscale.settings import (
+    DATASETS,
+    DEVICES,
+    FRAMEWORKS,
+    HOROVOD_LAUNCHERS,
+    MODELS,
+    OPTIMIZERS,
+    PRECISIONS,
+    RunSettings,
+    SettingsError,
+    validate,
+    with_global_batch,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors on one line, naming the option, as every tool in a pipeline should."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _options() -> argparse.ArgumentParser:
+    defaults = RunSettings(framework="tf-single")
+    p = _Parser(add_help=False)
+    grid = p.add_argument_group("grid point")
+    grid.add_argument("--framework", required=True, help=f"one of {', '.join(FRAMEWORKS)}")
+    grid.add_argument("--nodes", type=int, default=defaults.nodes)
+    grid.add_argument("--gpus-per-node", type=int, default=defaults.gpus_per_node)
+    grid.add_argument("--model", default=defaults.model, help=f"one of {', '.join(MODELS)}")
+    batch = grid.add_mutually_exclusive_group()
+    batch.add_argument(
+        "--batch-size",
+        type=int,
+        default=defaults.batch_size,
+        help="per replica (weak scaling, the paper's setting; default %(default)s)",
+    )
+    batch.add_argument(
+        "--global-batch-size",
+        type=int,
+        help="split over all replicas instead (strong scaling); must divide evenly",
+    )
+    data = p.add_argument_group("data and device")
+    data.add_argument("--image-size", type=int, default=defaults.image_size)
+    data.add_argument("--dataset", default=defaults.dataset, help=f"one of {', '.join(DATASETS)}")
+    data.add_argument("--data-dir", default=defaults.data_dir, help="holds cifar-100-python/")
+    data.add_argument("--device", default=defaults.device, help=f"one of {', '.join(DEVICES)}")
+    data.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True)
+    measure = p.add_argument_group("measurement")
+    measure.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
+    measure.add_argument("--iterations", type=int, default=defaults.iterations)
+    measure.add_argument("--steps-per-iteration", type=int, default=defaults.steps_per_iteration)
+    measure.add_argument("--seed", type=int, default=defaults.seed)
+    training = p.add_argument_group("training")
+    training.add_argument(
+        "--optimizer", default=defaults.optimizer, help=f"one of {', '.join(OPTIMIZERS)}"
+    )
+    training.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    training.add_argument(
+        "--precision", default=defaults.precision, help=f"one of {', '.join(PRECISIONS)}"
+    )
+    training.add_argument("--xla", action=argparse.BooleanOptionalAction, default=False)
+    training.add_argument(
+        "--horovod-launcher",
+        default=defaults.horovod_launcher,
+        help=f"how `run` starts Horovod ranks: {', '.join(HOROVOD_LAUNCHERS)}",
+    )
+    out = p.add_argument_group("output")
+    out.add_argument("--output", help="where the JSON record goes (written atomically)")
+    out.add_argument(
+        "--save-weights",
+        metavar="NPZ",
+        help="also save initial and final trainable weights (used by the equivalence test)",
+    )
+    return p
+
+
+def parse(argv: list[str] | None = None):
+    parser = _Parser(prog="trainscale", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    common = _options()
+    commands.add_parser(
+        "train", parents=[common], help="one process of a run (what srun/mpirun start)"
+    )
+    commands.add_parser("run", parents=[common], help="every process of one grid point, here")
+    args = parser.parse_args(argv)
+    fields = {f.name for f in dataclasses.fields(RunSettings)}
+    settings = RunSettings(**{k: v for k, v in vars(args).items() if k in fields})
+    if args.global_batch_size is not None:
+        settings = with_global_batch(settings, args.global_batch_size)
+    return args, settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    prog = "trainscale"
+    try:
+        args, settings = parse(argv)
+        prog = f"trainscale {args.command}"
+        validate(settings)
+        if args.command == "train":
+            from trainscale.training import train
+
+            train(settings, args.output, args.save_weights)
+            return 0
+        return _run(settings, args)
+    except SettingsError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # one line for the user; the log keeps the traceback
+        if os.environ.get("TRAINSCALE_TRACEBACK"):
+            raise
+        kind = type(err).__name__
+        print(f"{prog}: error: {kind}: {str(err).splitlines()[0] if str(err) else ''}",
+              file=sys.stderr)
+        return 1
+
+
+def _run(settings: RunSettings, args) -> int:
+    from trainscale.launch import launch
+    from trainscale.records import read_record
+
+    output = args.output or (
+        f"trainscale-{settings.framework}-{settings.model}-n{settings.nodes}"
+        f"g{settings.gpus_per_node}-b{settings.batch_size}.json"
+    )
+    code = launch(settings, output, args.save_weights)
+    if code != 0:
+        print(f"trainscale run: error: {settings.framework} exited with {code}", file=sys.stderr)
+        return code if code > 0 else 128 - code
+    record = read_record(output)
+    rate, per_replica = record["images_per_sec"], record["per_replica_images_per_sec"]
+    print(
+        f"{record['framework']:<15} {record['model']} n{record['nodes']}g{record['gpus_per_node']} "
+        f"b{record['batch_size']} {record['device']}: "
+        f"{rate['mean']:.1f} ± {rate['std']:.1f} images/sec total "
+        f"({per_replica['mean']:.1f} per replica) -> {output}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

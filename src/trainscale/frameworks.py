@@ -1,0 +1,331 @@
+"""How each framework distributes the one training step.
+
+A framework adds exactly three things to the shared step in training.py:
+- how processes find each other and which devices each one drives (setup),
+- how data is sharded over replicas (make_iterator),
+- how gradients are reduced (wrap_tape for Horovod; the strategy's optimizer
+  all-reduce for tf.distribute) and how a step is run on every replica (run).
+It also offers one collective the harness needs, gather_rows, to add up the
+measured rates of every process.
+
+Loss convention, the same for all four: every replica computes
+sum(per-example loss) / GLOBAL batch size, and gradients are SUMMED over
+replicas. The sum is then the gradient of the mean loss over the global batch,
+exactly what tf-single computes on the whole batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+
+import numpy as np
+
+from trainscale.settings import RunSettings, local_cpu_count
+
+
+class DeviceError(RuntimeError):
+    """The process sees fewer devices than the run asked for."""
+
+
+class Framework:
+    name = ""
+    # Whether the loss a step returns is already the global mean (strategies
+    # reduce it over replicas) or only this process's share (Horovod).
+    loss_is_global = True
+
+    def __init__(self, settings: RunSettings):
+        self.settings = settings
+        self.num_processes = 1
+        self.process_index = 0
+        self.replicas_in_process = 1
+        self.devices: list[str] = []
+
+    @property
+    def is_chief(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def num_replicas(self) -> int:
+        return self.num_processes * self.replicas_in_process
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def make_iterator(self, dataset_fn):
+        """dataset_fn(shard_index, num_shards, per_replica_batch) -> tf.data.Dataset."""
+        return iter(dataset_fn(0, 1, self.settings.batch_size))
+
+    def wrap_tape(self, tape):
+        return tape
+
+    def run(self, replica_step, batch):
+        return replica_step(*batch)
+
+    def after_first_step(self, model, optimizer) -> None:
+        pass
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        """Stack a 1-D float row from every process: shape (num_processes, len(row))."""
+        return np.asarray(row, dtype=np.float64)[None, :]
+
+    def gather_json(self, value, width: int = 4096) -> list:
+        """Gather one JSON-able value from every process, through gather_rows."""
+        blob = json.dumps(value).encode()
+        if len(blob) > width:
+            raise ValueError(f"value too large to gather ({len(blob)} > {width} bytes)")
+        row = np.zeros(width, dtype=np.float64)
+        row[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+        rows = self.gather_rows(row).astype(np.uint8)
+        return [json.loads(bytes(r).rstrip(b"\0").decode()) for r in rows]
+
+
+# --------------------------------------------------------------------------
+# Devices
+# --------------------------------------------------------------------------
+
+
+def configure_host(settings: RunSettings, processes_on_node: int) -> None:
+    """Threads and device visibility; must run before TensorFlow creates its context."""
+    import tensorflow as tf
+
+    if settings.device == "cpu":
+        # Hide any GPU: a CPU record must never be helped by an accelerator.
+        tf.config.set_visible_devices([], "GPU")
+        # Each process gets its share of the cores; oversubscribing two ranks
+        # onto two cores with two threads each would measure contention.
+        threads = max(1, local_cpu_count() // max(1, processes_on_node))
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    else:
+        for gpu in tf.config.list_physical_devices("GPU"):
+            tf.config.experimental.set_memory_growth(gpu, True)
+
+
+def _require_gpus(count: int, who: str) -> list:
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) < count:
+        cuda = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+        raise DeviceError(
+            f"{who} needs {count} GPU(s) but this process sees {len(gpus)} "
+            f"(CUDA_VISIBLE_DEVICES={cuda}); refusing to report a smaller run"
+        )
+    return gpus
+
+
+# --------------------------------------------------------------------------
+# tf-single
+# --------------------------------------------------------------------------
+
+
+class SingleDevice(Framework):
+    name = "tf-single"
+
+    def setup(self) -> None:
+        configure_host(self.settings, 1)
+        if self.settings.device == "gpu":
+            _require_gpus(1, "tf-single")
+            self.devices = ["/GPU:0"]
+        else:
+            self.devices = ["/CPU:0"]
+
+    def scope(self):
+        import tensorflow as tf
+
+        return tf.device(self.devices[0])
+
+
+# --------------------------------------------------------------------------
+# Horovod
+# --------------------------------------------------------------------------
+
+
+class Horovod(Framework):
+    name = "horovod"
+    loss_is_global = False
+
+    def setup(self) -> None:
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        self.hvd = hvd
+        hvd.init()
+        configure_host(self.settings, hvd.local_size())
+        self.num_processes, self.process_index = hvd.size(), hvd.rank()
+        if self.settings.device == "gpu":
+            gpus = _require_gpus(1, f"horovod rank {hvd.rank()}")
+            # With every GPU of the node visible, rank i takes GPU i; a launcher
+            # that binds one GPU per task leaves exactly one visible.
+            index = hvd.local_rank() if len(gpus) > 1 else 0
+            if index >= len(gpus):
+                raise DeviceError(
+                    f"horovod local rank {index} has no GPU: this process sees {len(gpus)}"
+                )
+            tf.config.set_visible_devices(gpus[index], "GPU")
+            self.devices = [f"/GPU:0 (physical {gpus[index].name})"]
+        else:
+            self.devices = ["/CPU:0"]
+        if hvd.size() != self.settings.replicas:
+            raise DeviceError(
+                f"horovod was launched with {hvd.size()} ranks but the run asks for "
+                f"{self.settings.replicas} ({self.settings.nodes} nodes x "
+                f"{self.settings.gpus_per_node} per node)"
+            )
+
+    def make_iterator(self, dataset_fn):
+        return iter(dataset_fn(self.hvd.rank(), self.hvd.size(), self.settings.batch_size))
+
+    def wrap_tape(self, tape):
+        # Sum, not Average: each rank's loss is already divided by the global batch.
+        return self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum)
+
+    def after_first_step(self, model, optimizer) -> None:
+        # Horovod's pattern: broadcast after the first step, once the
+        # optimizer has created its slot variables, so every rank continues
+        # from rank 0's exact state.
+        self.hvd.broadcast_variables(model.variables, root_rank=0)
+        variables = optimizer.variables
+        self.hvd.broadcast_variables(variables() if callable(variables) else variables, 0)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        import tensorflow as tf
+
+        row = np.asarray(row, dtype=np.float64)[None, :]
+        return self.hvd.allgather(tf.constant(row)).numpy()
+
+
+# --------------------------------------------------------------------------
+# tf.distribute strategies (tf-mirrored, tf-multiworker)
+# --------------------------------------------------------------------------
+
+
+class Strategy(Framework):
+    """Common code of the tf.distribute strategies; subclasses only build the strategy."""
+
+    def setup(self) -> None:
+        self.strategy = self.create_strategy()
+        replicas = self.strategy.num_replicas_in_sync
+        self.replicas_in_process = replicas // self.num_processes
+        if replicas != self.settings.replicas:
+            raise DeviceError(
+                f"{self.name} has {replicas} replicas in sync but the run asks for "
+                f"{self.settings.replicas}"
+            )
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def make_iterator(self, dataset_fn):
+        global_batch = self.settings.global_batch_size
+
+        def per_pipeline(context):
+            return dataset_fn(
+                context.input_pipeline_id,
+                context.num_input_pipelines,
+                context.get_per_replica_batch_size(global_batch),
+            )
+
+        return iter(self.strategy.distribute_datasets_from_function(per_pipeline))
+
+    def run(self, replica_step, batch):
+        import tensorflow as tf
+
+        per_replica_loss = self.strategy.run(replica_step, args=batch)
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        # Each process fills its own row of a zero matrix; a SUM all-reduce
+        # over replicas, counting only the first replica of each process,
+        # stacks the rows. Exact for the small integers and rates sent here.
+        import tensorflow as tf
+
+        row = np.asarray(row, dtype=np.float64)
+        mine = np.zeros((self.num_processes, row.size), dtype=np.float64)
+        mine[self.process_index] = row
+        zeros = np.zeros_like(mine)
+        per_process = self.replicas_in_process
+
+        def value(context):
+            first_of_process = context.replica_id_in_sync_group % per_process == 0
+            return tf.constant(mine if first_of_process else zeros)
+
+        values = self.strategy.experimental_distribute_values_from_function(value)
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
+
+
+class Mirrored(Strategy):
+    name = "tf-mirrored"
+
+    def create_strategy(self):
+        import tensorflow as tf
+
+        count = self.settings.gpus_per_node
+        if self.settings.device == "cpu":
+            # Each "GPU" becomes a logical CPU device of this one process.
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+            )
+            configure_host(self.settings, 1)
+            self.devices = [d.name for d in tf.config.list_logical_devices("CPU")][:count]
+            cross_device_ops = tf.distribute.ReductionToOneDevice()
+        else:
+            configure_host(self.settings, 1)
+            _require_gpus(count, "tf-mirrored")
+            self.devices = [d.name for d in tf.config.list_logical_devices("GPU")][:count]
+            cross_device_ops = None  # NCCL all-reduce, TensorFlow's default on GPUs
+        return tf.distribute.MirroredStrategy(self.devices, cross_device_ops=cross_device_ops)
+
+
+class MultiWorker(Strategy):
+    name = "tf-multiworker"
+
+    def create_strategy(self):
+        import tensorflow as tf
+
+        resolver = self.cluster_resolver()
+        workers = resolver.cluster_spec().num_tasks("worker")
+        self.num_processes, self.process_index = workers, resolver.task_id
+        configure_host(self.settings, self.settings.processes_per_node())
+        if self.settings.device == "gpu":
+            _require_gpus(self.settings.gpus_per_node, f"tf-multiworker worker {resolver.task_id}")
+            implementation = tf.distribute.experimental.CommunicationImplementation.NCCL
+        else:
+            implementation = tf.distribute.experimental.CommunicationImplementation.RING
+        options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
+        self.devices = list(strategy.extended.worker_devices)
+        return strategy
+
+    def cluster_resolver(self):
+        import tensorflow as tf
+
+        if "TF_CONFIG" in os.environ:
+            return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        if "SLURM_JOB_ID" in os.environ:
+            return tf.distribute.cluster_resolver.SlurmClusterResolver(
+                port_base=slurm_port_base(os.environ["SLURM_JOB_ID"]),
+                auto_set_gpu=self.settings.device == "gpu",
+            )
+        raise DeviceError(
+            "tf-multiworker needs TF_CONFIG (set by `trainscale run`) or a SLURM job step"
+        )
+
+
+def slurm_port_base(job_id: str) -> int:
+    """A port base per SLURM job, so two jobs sharing a node never both bind 8888."""
+    return 20000 + (int(job_id) % 2000) * 16
+
+
+FRAMEWORK_CLASSES = {cls.name: cls for cls in (SingleDevice, Horovod, Mirrored, MultiWorker)}
+
+
+def create_framework(settings: RunSettings) -> Framework:
+    framework = FRAMEWORK_CLASSES[settings.framework](settings)
+    framework.setup()
+    return framework

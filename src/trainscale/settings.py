@@ -1,0 +1,202 @@
+"""What one grid point is: the settings of one benchmark run, validated up front.
+
+This module imports no TensorFlow, so the launcher, the workflow and the tests
+can check settings in milliseconds. Every check names the command-line option
+it is about, because the message is what a user sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+FRAMEWORKS = ("tf-single", "tf-mirrored", "tf-multiworker", "horovod")
+DATASETS = ("cifar100", "synthetic")
+DEVICES = ("gpu", "cpu")
+OPTIMIZERS = ("adam", "sgd")
+PRECISIONS = ("fp32", "fp16", "bf16")
+HOROVOD_LAUNCHERS = ("mpirun", "gloo")
+
+# Smallest input side each model accepts (Keras' own limits for the
+# applications; small_cnn needs two 5x5 convolutions and two 2x2 poolings).
+MODEL_MIN_IMAGE_SIZE = {
+    "vgg16": 32,
+    "vgg19": 32,
+    "resnet50": 32,
+    "mobilenet_v2": 32,
+    "inception_v3": 75,
+    "small_cnn": 16,
+}
+MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
+
+NUM_CLASSES = {"cifar100": 100, "synthetic": 100}
+
+
+class SettingsError(ValueError):
+    """A setting is invalid; the message names the option and fits on one line."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One grid point plus how it is measured. Defaults follow the paper (seed 000)."""
+
+    framework: str
+    nodes: int = 1
+    gpus_per_node: int = 1
+    model: str = "vgg16"
+    batch_size: int = 64  # per replica, as in the paper
+    image_size: int = 224
+    dataset: str = "cifar100"
+    data_dir: str = "data"
+    device: str = "gpu"
+    warmup_steps: int = 10
+    iterations: int = 10
+    steps_per_iteration: int = 20
+    seed: int = 1234
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    precision: str = "fp32"
+    xla: bool = False
+    augment: bool = True
+    horovod_launcher: str = "mpirun"
+
+    @property
+    def replicas(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.replicas
+
+    @property
+    def num_classes(self) -> int:
+        return NUM_CLASSES[self.dataset]
+
+    def processes_per_node(self) -> int:
+        """How many OS processes one node runs for this framework.
+
+        Horovod: one rank per replica. MultiWorkerMirrored: one worker per node
+        holding all its GPUs; on CPU one worker per replica, because a worker
+        holding two logical CPU replicas hung before the first step (issue 4).
+        MirroredStrategy and the single-device baseline: one process.
+        """
+        if self.framework == "horovod":
+            return self.gpus_per_node
+        if self.framework == "tf-multiworker" and self.device == "cpu":
+            return self.gpus_per_node
+        return 1
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def settings_hash(self) -> str:
+        """Hash of everything that changes what is measured.
+
+        Two records with the same hash measured the same thing, so their
+        numbers may be averaged; `data_dir` is left out because the same data
+        may live in different places.
+        """
+        measured = {k: v for k, v in self.to_dict().items() if k != "data_dir"}
+        blob = json.dumps(measured, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_cli_args(self) -> list[str]:
+        """The options that reproduce these settings on `trainscale train`."""
+        args: list[str] = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            flag = "--" + field.name.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + field.name.replace("_", "-"))
+            else:
+                args += [flag, str(value)]
+        return args
+
+
+def _positive(name: str, value: int) -> None:
+    if value <= 0:
+        raise SettingsError(f"--{name} must be a positive integer, got {value}")
+
+
+def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
+    """Raise SettingsError for the first invalid setting; return the settings."""
+    s = settings
+    if s.framework not in FRAMEWORKS:
+        raise SettingsError(
+            f"--framework {s.framework!r} is unknown; choose one of {', '.join(FRAMEWORKS)}"
+        )
+    if s.model not in MODELS:
+        raise SettingsError(f"--model {s.model!r} is unknown; choose one of {', '.join(MODELS)}")
+    if s.dataset not in DATASETS:
+        raise SettingsError(
+            f"--dataset {s.dataset!r} is unknown; choose one of {', '.join(DATASETS)}"
+        )
+    if s.device not in DEVICES:
+        raise SettingsError(f"--device {s.device!r} is unknown; choose one of {', '.join(DEVICES)}")
+    if s.optimizer not in OPTIMIZERS:
+        raise SettingsError(
+            f"--optimizer {s.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}"
+        )
+    if s.precision not in PRECISIONS:
+        raise SettingsError(
+            f"--precision {s.precision!r} is unknown; choose one of {', '.join(PRECISIONS)}"
+        )
+    if s.horovod_launcher not in HOROVOD_LAUNCHERS:
+        raise SettingsError(
+            f"--horovod-launcher {s.horovod_launcher!r} is unknown; "
+            f"choose one of {', '.join(HOROVOD_LAUNCHERS)}"
+        )
+    for name in ("nodes", "gpus_per_node", "batch_size", "image_size", "iterations"):
+        _positive(name.replace("_", "-"), getattr(s, name))
+    _positive("steps-per-iteration", s.steps_per_iteration)
+    # The first step is never timed: Horovod broadcasts rank 0's variables
+    # after it, and every framework traces its step function on it.
+    if s.warmup_steps < 1:
+        raise SettingsError(f"--warmup-steps must be at least 1, got {s.warmup_steps}")
+    if s.seed < 0:
+        raise SettingsError(f"--seed must be zero or positive, got {s.seed}")
+    if not s.learning_rate > 0:
+        raise SettingsError(f"--learning-rate must be positive, got {s.learning_rate}")
+    minimum = MODEL_MIN_IMAGE_SIZE[s.model]
+    if s.image_size < minimum:
+        raise SettingsError(
+            f"--image-size {s.image_size} is below {s.model}'s minimum of {minimum}"
+        )
+    if s.framework == "tf-single" and (s.nodes, s.gpus_per_node) != (1, 1):
+        raise SettingsError(
+            "--framework tf-single runs on one device: use --nodes 1 --gpus-per-node 1"
+        )
+    if s.framework == "tf-mirrored" and s.nodes != 1:
+        raise SettingsError(
+            "--framework tf-mirrored runs on one node: use --nodes 1 (tf-multiworker spans nodes)"
+        )
+    if check_data and s.dataset == "cifar100":
+        from trainscale.data import find_cifar100
+
+        find_cifar100(s.data_dir)  # raises SettingsError naming --data-dir
+    return s
+
+
+def with_global_batch(settings: RunSettings, global_batch_size: int) -> RunSettings:
+    """Settings whose per-replica batch splits `global_batch_size` evenly (strong scaling)."""
+    if global_batch_size <= 0:
+        raise SettingsError(
+            f"--global-batch-size must be a positive integer, got {global_batch_size}"
+        )
+    if global_batch_size % settings.replicas:
+        raise SettingsError(
+            f"--global-batch-size {global_batch_size} does not split over "
+            f"{settings.replicas} replicas ({settings.nodes} nodes x {settings.gpus_per_node})"
+        )
+    return dataclasses.replace(settings, batch_size=global_batch_size // settings.replicas)
+
+
+def local_cpu_count() -> int:
+    """CPUs this process may use (respects affinity masks set by SLURM or taskset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,80 @@
+"""Turning timed blocks into throughput statistics. Pure NumPy: no TensorFlow.
+
+Definitions (also in the README):
+- A *block* is `steps_per_iteration` training steps timed together, ending
+  with a device sync (the host reads the step's loss, which cannot exist
+  before every earlier step on that replica has finished).
+- A process's block rate is images it trained in the block / block seconds.
+- The *total* images/sec of a block is the SUM over all processes of their
+  block rates, gathered with a cross-process collective after each block
+  (seed 000's fix: Horovod's own benchmark reported rank 0's rate times the
+  number of ranks, which hides slow ranks).
+- Per-replica images/sec is a process's block rate divided by the replicas
+  it drives (MirroredStrategy drives several from one process).
+- Reported: mean and sample standard deviation (ddof=1) over blocks.
+- Step time is block seconds / steps: steps are not synced one by one (that
+  would slow them), so percentiles are over block means, not single steps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def mean_std(values) -> dict:
+    values = np.asarray(values, dtype=np.float64).ravel()
+    std = float(values.std(ddof=1)) if values.size > 1 else 0.0
+    return {"mean": float(values.mean()), "std": std}
+
+
+@dataclass
+class BlockTimes:
+    """Block durations of one process, and the cross-process rates per block."""
+
+    images_per_block: int  # images this process trains in one block
+    replicas_in_process: int
+    steps_per_block: int
+    seconds: list[float] = field(default_factory=list)
+    # One row per block: the block rate of every process (index = process).
+    process_rates: list[np.ndarray] = field(default_factory=list)
+
+    def local_rate(self, seconds: float) -> float:
+        return self.images_per_block / seconds
+
+    def add(self, seconds: float, rates_of_all_processes) -> float:
+        """Record one block; return its total images/sec over all processes."""
+        self.seconds.append(seconds)
+        rates = np.asarray(rates_of_all_processes, dtype=np.float64).ravel()
+        self.process_rates.append(rates)
+        return float(rates.sum())
+
+    def summary(self) -> dict:
+        rates = np.vstack(self.process_rates)  # blocks x processes
+        totals = rates.sum(axis=1)
+        per_replica = rates / self.replicas_in_process
+        step_ms = np.asarray(self.seconds) / self.steps_per_block * 1000.0
+        return {
+            "images_per_sec": {**mean_std(totals), "samples": [float(x) for x in totals]},
+            "per_replica_images_per_sec": mean_std(per_replica),
+            "step_time_ms": {
+                "mean": float(step_ms.mean()),
+                "p50": float(np.percentile(step_ms, 50)),
+                "p90": float(np.percentile(step_ms, 90)),
+                "p99": float(np.percentile(step_ms, 99)),
+                "basis": "block mean per step on the writing process",
+            },
+            "timed_seconds": float(np.sum(self.seconds)),
+        }
+
+
+class Stopwatch:
+    """perf_counter-based interval timer (monotonic, sub-microsecond)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

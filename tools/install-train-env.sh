@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the training environment (.venv-train): TensorFlow 2.15.1 (CPU wheel),
+# Horovod 0.28.1 compiled against that TensorFlow, and the trainscale harness.
+#
+# Idempotent: each step is skipped when the venv already has what it installs,
+# so rerunning costs seconds. The Horovod build (about 3 minutes on 2 cores)
+# must come AFTER TensorFlow and without build isolation, because Horovod
+# compiles its TensorFlow ops against the TensorFlow headers in this venv.
+set -euo pipefail
+
+venv=${1:-.venv-train}
+python=${PYTHON:-python3.11}
+tensorflow_requirement=${TENSORFLOW_REQUIREMENT:-tensorflow-cpu==2.15.1}
+horovod_version=0.28.1
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "train env: creating $venv with $python"
+  "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+
+"${pip[@]}" install --upgrade pip "setuptools<70" wheel
+
+if ! "$venv/bin/python" -c "import tensorflow, keras, sys; sys.exit(not (tensorflow.__version__ == '2.15.1' and keras.__version__.startswith('2.15')))" 2>/dev/null; then
+  echo "train env: installing $tensorflow_requirement"
+  "${pip[@]}" install "$tensorflow_requirement" "keras==2.15.*" "numpy<2"
+fi
+
+if ! "$venv/bin/python" -c "
+import sys, horovod, horovod.tensorflow as hvd
+sys.exit(not (horovod.__version__ == '$horovod_version' and hvd.mpi_built() and hvd.gloo_built()))
+" 2>/dev/null; then
+  echo "train env: building horovod==$horovod_version from source (a few minutes)"
+  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=${MAKEFLAGS:--j2} \
+    "${pip[@]}" install --no-build-isolation "horovod==$horovod_version"
+fi
+
+# The harness itself, editable, with its test tools. --no-deps keeps pip from
+# touching the pinned TensorFlow stack above.
+"${pip[@]}" install --no-deps -e .
+"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3"
+"$venv/bin/python" -c "import tensorflow as tf, horovod; print('train env: tensorflow', tf.__version__, '| horovod', horovod.__version__)"
