@@ -1,0 +1,70 @@
+"""Bad options: exit code != 0, one line naming the option, no record written."""
+
+import pytest
+from conftest import trainscale
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--framework", "pytorch"], "--framework 'pytorch' is unknown"),
+        (["--framework", "horovod", "--model", "alexnet"], "--model 'alexnet' is unknown"),
+        (["--framework", "horovod", "--dataset", "imagenet"], "--dataset 'imagenet' is unknown"),
+        (["--framework", "horovod", "--device", "tpu"], "--device 'tpu' is unknown"),
+        (["--framework", "horovod", "--batch-size", "0"], "--batch-size must be a positive"),
+        (["--framework", "horovod", "--batch-size", "-8"], "--batch-size must be a positive"),
+        (["--framework", "horovod", "--gpus-per-node", "0"], "--gpus-per-node must be a positive"),
+        (["--framework", "horovod", "--nodes", "-1"], "--nodes must be a positive"),
+        (["--framework", "horovod", "--iterations", "0"], "--iterations must be a positive"),
+        (["--framework", "horovod", "--steps-per-iteration", "0"], "--steps-per-iteration"),
+        (["--framework", "horovod", "--image-size", "16"], "--image-size 16 is below vgg16's"),
+        (
+            ["--framework", "horovod", "--model", "inception_v3", "--image-size", "64"],
+            "--image-size 64 is below inception_v3's minimum of 75",
+        ),
+        (
+            ["--framework", "horovod", "--gpus-per-node", "3", "--global-batch-size", "64"],
+            "--global-batch-size 64 does not split over 3 replicas",
+        ),
+        (["--framework", "horovod", "--batch-size", "x"], "argument --batch-size: invalid int"),
+        (["--framework", "horovod", "--precision", "fp8"], "--precision 'fp8' is unknown"),
+        (["--framework", "horovod", "--learning-rate", "0"], "--learning-rate must be positive"),
+    ],
+)
+@pytest.mark.parametrize("command", ["train", "run"])
+def test_bad_option_is_one_line_naming_it(tmp_path, command, args, expected):
+    output = tmp_path / "record.json"
+    dataset = [] if "--dataset" in args else ["--dataset", "synthetic"]
+    result = trainscale(command, *args, *dataset, "--output", str(output), timeout=60)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert not output.exists()
+
+
+def test_missing_data_dir(tmp_path):
+    output = tmp_path / "record.json"
+    result = trainscale("train", "--framework", "tf-single", "--data-dir", str(tmp_path / "no"),
+                        "--output", str(output), timeout=60)
+    assert result.returncode == 2
+    assert "--data-dir" in result.stderr and "holds no CIFAR-100" in result.stderr
+    assert not output.exists()
+
+
+def test_run_refuses_several_nodes_and_points_to_slurm(tmp_path):
+    result = trainscale("run", "--framework", "horovod", "--nodes", "2", "--dataset",
+                        "synthetic", "--output", str(tmp_path / "r.json"), timeout=60)
+    assert result.returncode == 2
+    assert "--nodes 2" in result.stderr and "profiles/slurm" in result.stderr
+
+
+def test_gpu_run_without_gpus_fails_before_any_record(tmp_path):
+    # This machine has no GPU: asking for one must fail, never fall back to CPU.
+    output = tmp_path / "r.json"
+    result = trainscale("run", "--framework", "tf-single", "--device", "gpu", "--model",
+                        "small_cnn", "--image-size", "32", "--dataset", "synthetic",
+                        "--output", str(output), env={"CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    assert result.returncode != 0
+    assert "needs 1 GPU(s) but this process sees 0" in result.stderr
+    assert not output.exists()

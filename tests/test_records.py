@@ -1,0 +1,30 @@
+import json
+import os
+
+import pytest
+
+from trainscale.records import SCHEMA_VERSION, atomic_write_json, read_record
+
+
+def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "runs" / "r.json"
+    atomic_write_json(str(path), {"schema": SCHEMA_VERSION, "value": 1})
+    atomic_write_json(str(path), {"schema": SCHEMA_VERSION, "value": 2})
+    assert read_record(str(path))["value"] == 2
+    assert os.listdir(path.parent) == ["r.json"]
+
+
+def test_failed_write_keeps_the_old_record(tmp_path):
+    path = tmp_path / "r.json"
+    atomic_write_json(str(path), {"schema": SCHEMA_VERSION, "value": 1})
+    with pytest.raises(TypeError):
+        atomic_write_json(str(path), {"schema": SCHEMA_VERSION, "value": object()})
+    assert json.loads(path.read_text())["value"] == 1
+    assert os.listdir(tmp_path) == ["r.json"]
+
+
+def test_unknown_schema_is_refused(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema": 99}))
+    with pytest.raises(ValueError, match="unknown record schema 99"):
+        read_record(str(path))

@@ -1,0 +1,87 @@
+import dataclasses
+
+import pytest
+
+from trainscale.settings import RunSettings, SettingsError, validate, with_global_batch
+
+
+def test_defaults_follow_the_paper():
+    s = RunSettings(framework="horovod")
+    assert (s.model, s.batch_size, s.image_size, s.optimizer) == ("vgg16", 64, 224, "adam")
+    assert s.dataset == "cifar100"
+
+
+def test_replicas_and_global_batch():
+    s = RunSettings(framework="horovod", nodes=3, gpus_per_node=4, batch_size=64)
+    assert s.replicas == 12
+    assert s.global_batch_size == 768
+
+
+@pytest.mark.parametrize(
+    ("framework", "device", "gpus", "expected"),
+    [
+        ("horovod", "gpu", 4, 4),
+        ("horovod", "cpu", 2, 2),
+        ("tf-multiworker", "gpu", 4, 1),  # one worker per node holding its GPUs
+        ("tf-multiworker", "cpu", 2, 2),  # one worker per CPU replica
+        ("tf-mirrored", "gpu", 4, 1),
+        ("tf-single", "cpu", 1, 1),
+    ],
+)
+def test_processes_per_node(framework, device, gpus, expected):
+    s = RunSettings(framework=framework, device=device, gpus_per_node=gpus)
+    assert s.processes_per_node() == expected
+
+
+def test_cli_args_round_trip():
+    from trainscale.cli import parse
+
+    s = RunSettings(
+        framework="tf-multiworker",
+        gpus_per_node=2,
+        model="resnet50",
+        batch_size=16,
+        xla=True,
+        augment=False,
+        learning_rate=0.05,
+        precision="bf16",
+        horovod_launcher="gloo",
+    )
+    _, parsed = parse(["train", *s.to_cli_args()])
+    assert parsed == s
+
+
+def test_settings_hash_ignores_data_location_only():
+    a = RunSettings(framework="horovod", data_dir="/a")
+    assert a.settings_hash() == dataclasses.replace(a, data_dir="/b").settings_hash()
+    assert a.settings_hash() != dataclasses.replace(a, batch_size=32).settings_hash()
+
+
+def test_global_batch_splits_or_is_refused():
+    s = RunSettings(framework="horovod", gpus_per_node=3)
+    assert with_global_batch(s, 96).batch_size == 32
+    with pytest.raises(SettingsError, match="--global-batch-size 100 does not split over 3"):
+        with_global_batch(s, 100)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"framework": "pytorch"}, "--framework 'pytorch' is unknown"),
+        ({"model": "alexnet"}, "--model 'alexnet' is unknown; choose one of vgg16"),
+        ({"batch_size": 0}, "--batch-size must be a positive integer, got 0"),
+        ({"nodes": -1}, "--nodes must be a positive integer"),
+        ({"image_size": 31}, "--image-size 31 is below vgg16's minimum of 32"),
+        ({"model": "inception_v3", "image_size": 74}, "inception_v3's minimum of 75"),
+        ({"framework": "tf-mirrored", "nodes": 2}, "tf-mirrored runs on one node"),
+        ({"framework": "tf-single", "gpus_per_node": 2}, "tf-single runs on one device"),
+        ({"warmup_steps": 0}, "--warmup-steps must be at least 1"),
+        ({"dataset": "cifar100", "data_dir": "/nonexistent"}, "--data-dir '/nonexistent'"),
+    ],
+)
+def test_validation_names_the_option(changes, message):
+    s = dataclasses.replace(RunSettings(framework="horovod", dataset="synthetic"), **changes)
+    with pytest.raises(SettingsError) as info:
+        validate(s)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)

@@ -1,0 +1,30 @@
+import numpy as np
+import pytest
+
+from trainscale.timing import BlockTimes, mean_std
+
+
+def test_totals_are_sums_over_processes_not_rank0_times_size():
+    # Two processes, one replica each, 100 images per block. Process 1 is slow:
+    # the honest total is the sum of the two rates, not 2 x rank 0's rate.
+    blocks = BlockTimes(images_per_block=100, replicas_in_process=1, steps_per_block=10)
+    assert blocks.local_rate(0.5) == 200.0
+    assert blocks.add(0.5, [200.0, 100.0]) == 300.0
+    assert blocks.add(0.25, [400.0, 200.0]) == 600.0
+    summary = blocks.summary()
+    assert summary["images_per_sec"]["samples"] == [300.0, 600.0]
+    assert summary["images_per_sec"]["mean"] == 450.0
+    assert summary["images_per_sec"]["std"] == pytest.approx(np.std([300, 600], ddof=1))
+    assert summary["per_replica_images_per_sec"]["mean"] == 225.0
+    assert summary["step_time_ms"]["p50"] == pytest.approx(37.5)
+    assert summary["timed_seconds"] == 0.75
+
+
+def test_per_replica_divides_by_replicas_in_process():
+    blocks = BlockTimes(images_per_block=400, replicas_in_process=4, steps_per_block=1)
+    blocks.add(1.0, [400.0])
+    assert blocks.summary()["per_replica_images_per_sec"]["mean"] == 100.0
+
+
+def test_single_block_has_zero_std():
+    assert mean_std([5.0]) == {"mean": 5.0, "std": 0.0}
