@@ -15,11 +15,16 @@ TRAINSCALE = [sys.executable, "-m", "trainscale"]
 
 # Tiny but real: every run below trains for real on the CPU.
 TINY = [
-    "--device", "cpu",
-    "--image-size", "32",
-    "--warmup-steps", "1",
-    "--iterations", "2",
-    "--steps-per-iteration", "2",
+    "--device",
+    "cpu",
+    "--image-size",
+    "32",
+    "--warmup-steps",
+    "1",
+    "--iterations",
+    "2",
+    "--steps-per-iteration",
+    "2",
 ]
 
 

@@ -45,16 +45,34 @@ def test_bad_option_is_one_line_naming_it(tmp_path, command, args, expected):
 
 def test_missing_data_dir(tmp_path):
     output = tmp_path / "record.json"
-    result = trainscale("train", "--framework", "tf-single", "--data-dir", str(tmp_path / "no"),
-                        "--output", str(output), timeout=60)
+    result = trainscale(
+        "train",
+        "--framework",
+        "tf-single",
+        "--data-dir",
+        str(tmp_path / "no"),
+        "--output",
+        str(output),
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "--data-dir" in result.stderr and "holds no CIFAR-100" in result.stderr
     assert not output.exists()
 
 
 def test_run_refuses_several_nodes_and_points_to_slurm(tmp_path):
-    result = trainscale("run", "--framework", "horovod", "--nodes", "2", "--dataset",
-                        "synthetic", "--output", str(tmp_path / "r.json"), timeout=60)
+    result = trainscale(
+        "run",
+        "--framework",
+        "horovod",
+        "--nodes",
+        "2",
+        "--dataset",
+        "synthetic",
+        "--output",
+        str(tmp_path / "r.json"),
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "--nodes 2" in result.stderr and "profiles/slurm" in result.stderr
 
@@ -62,9 +80,23 @@ def test_run_refuses_several_nodes_and_points_to_slurm(tmp_path):
 def test_gpu_run_without_gpus_fails_before_any_record(tmp_path):
     # This machine has no GPU: asking for one must fail, never fall back to CPU.
     output = tmp_path / "r.json"
-    result = trainscale("run", "--framework", "tf-single", "--device", "gpu", "--model",
-                        "small_cnn", "--image-size", "32", "--dataset", "synthetic",
-                        "--output", str(output), env={"CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    result = trainscale(
+        "run",
+        "--framework",
+        "tf-single",
+        "--device",
+        "gpu",
+        "--model",
+        "small_cnn",
+        "--image-size",
+        "32",
+        "--dataset",
+        "synthetic",
+        "--output",
+        str(output),
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "needs 1 GPU(s) but this process sees 0" in result.stderr
     assert not output.exists()

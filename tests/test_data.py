@@ -69,14 +69,19 @@ def test_pipelines_feed_each_replica_a_different_shard(tmp_path, known_images):
     seen = []
     for shard in range(2):
         dataset = cifar100_dataset(
-            images, labels % 100, shard_index=shard, num_shards=2, batch_size=4, seed=1,
+            images,
+            labels % 100,
+            shard_index=shard,
+            num_shards=2,
+            batch_size=4,
+            seed=1,
             augment=False,
         )
         batches = list(dataset.take(5))  # exactly one pass over 20 examples
         shard_labels = np.concatenate([b[1].numpy() for b in batches])
         for image_batch, label_batch in batches:
             assert image_batch.shape == (4, 32, 32, 3) and image_batch.dtype.name == "uint8"
-            for image, label in zip(image_batch.numpy(), label_batch.numpy()):
+            for image, label in zip(image_batch.numpy(), label_batch.numpy(), strict=True):
                 np.testing.assert_array_equal(image, images[label])
         seen.append(set(shard_labels.tolist()))
     assert seen[0].isdisjoint(seen[1])

@@ -23,12 +23,39 @@ def _train(tmp_path, cifar_dir, framework, replicas):
     weights = tmp_path / f"{framework}.npz"
     output = tmp_path / f"{framework}.json"
     trainscale(
-        "run", "--framework", framework, "--gpus-per-node", str(replicas),
-        "--model", "vgg16", "--image-size", "32", "--global-batch-size", str(GLOBAL_BATCH),
-        "--dataset", "cifar100", "--data-dir", cifar_dir, "--device", "cpu",
-        "--optimizer", "sgd", "--learning-rate", "0.05",
-        "--warmup-steps", "1", "--iterations", "1", "--steps-per-iteration", "1",
-        "--output", str(output), "--save-weights", str(weights), check=True, timeout=600,
+        "run",
+        "--framework",
+        framework,
+        "--gpus-per-node",
+        str(replicas),
+        "--model",
+        "vgg16",
+        "--image-size",
+        "32",
+        "--global-batch-size",
+        str(GLOBAL_BATCH),
+        "--dataset",
+        "cifar100",
+        "--data-dir",
+        cifar_dir,
+        "--device",
+        "cpu",
+        "--optimizer",
+        "sgd",
+        "--learning-rate",
+        "0.05",
+        "--warmup-steps",
+        "1",
+        "--iterations",
+        "1",
+        "--steps-per-iteration",
+        "1",
+        "--output",
+        str(output),
+        "--save-weights",
+        str(weights),
+        check=True,
+        timeout=600,
     )
     assert load_json(output)["batch_size"] == GLOBAL_BATCH // replicas
     with np.load(weights) as arrays:
@@ -45,16 +72,17 @@ def reference(tmp_path_factory, cifar_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["horovod", "tf-mirrored", "tf-multiworker"])
-def test_two_replicas_match_one_device_on_the_full_batch(tmp_path, cifar_dir, reference,
-                                                         framework):
+def test_two_replicas_match_one_device_on_the_full_batch(tmp_path, cifar_dir, reference, framework):
     single_initial, single_final = reference
     initial, final = _train(tmp_path, cifar_dir, framework, 2)
-    for a, b in zip(single_initial, initial):
+    for a, b in zip(single_initial, initial, strict=True):
         np.testing.assert_array_equal(a, b)  # same start, or the test proves nothing
 
-    moved = max(float(np.max(np.abs(f - i))) for f, i in zip(single_final, single_initial))
+    moved = max(
+        float(np.max(np.abs(f - i))) for f, i in zip(single_final, single_initial, strict=True)
+    )
     assert moved > 100 * ATOL, f"training barely moved the weights ({moved}); test too weak"
 
-    difference = max(float(np.max(np.abs(a - b))) for a, b in zip(single_final, final))
+    difference = max(float(np.max(np.abs(a - b))) for a, b in zip(single_final, final, strict=True))
     print(f"{framework}: max |w - w_single| = {difference:.3e} (weights moved {moved:.3e})")
     assert difference <= ATOL

@@ -16,22 +16,43 @@ CASES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("framework", "replicas", "launcher", "processes"), CASES,
-                         ids=[f"{c[0]}-{c[2]}" if c[0] == "horovod" else c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("framework", "replicas", "launcher", "processes"),
+    CASES,
+    ids=[f"{c[0]}-{c[2]}" if c[0] == "horovod" else c[0] for c in CASES],
+)
 def test_framework_run_writes_an_ok_record(
     tmp_path, cifar_dir, framework, replicas, launcher, processes
 ):
     output = tmp_path / "record.json"
     result = trainscale(
-        "run", "--framework", framework, "--gpus-per-node", str(replicas),
-        "--model", "small_cnn", "--batch-size", "16", "--dataset", "cifar100",
-        "--data-dir", cifar_dir, "--horovod-launcher", launcher, *TINY,
-        "--output", str(output), check=True,
+        "run",
+        "--framework",
+        framework,
+        "--gpus-per-node",
+        str(replicas),
+        "--model",
+        "small_cnn",
+        "--batch-size",
+        "16",
+        "--dataset",
+        "cifar100",
+        "--data-dir",
+        cifar_dir,
+        "--horovod-launcher",
+        launcher,
+        *TINY,
+        "--output",
+        str(output),
+        check=True,
     )
     record = load_json(output)
     assert record["schema"] == 1 and record["status"] == "ok"
     assert (record["framework"], record["replicas"], record["processes"]) == (
-        framework, replicas, processes)
+        framework,
+        replicas,
+        processes,
+    )
     assert record["device"] == "cpu" and record["global_batch_size"] == 16 * replicas
     assert record["settings"]["horovod_launcher"] == launcher
 
@@ -52,4 +73,4 @@ def test_framework_run_writes_an_ok_record(
     assert record["startup_seconds"] > 0 and record["final_loss"] > 0
     # Per-block progress lines reach stderr while it runs.
     assert "block 2/2" in result.stderr
-    assert f"images/sec total" in result.stdout
+    assert "images/sec total" in result.stdout

@@ -39,5 +39,5 @@ fi
 # The harness itself, editable, with its test tools. --no-deps keeps pip from
 # touching the pinned TensorFlow stack above.
 "${pip[@]}" install --no-deps -e .
-"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3"
-"$venv/bin/python" -c "import tensorflow as tf, horovod; print('train env: tensorflow', tf.__version__, '| horovod', horovod.__version__)"
+"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "ruff==0.8.*"
+TF_CPP_MIN_LOG_LEVEL=2 "$venv/bin/python" -c "import tensorflow as tf, horovod; print('train env: tensorflow', tf.__version__, '| horovod', horovod.__version__)"

@@ -119,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("TRAINSCALE_TRACEBACK"):
             raise
         kind = type(err).__name__
-        print(f"{prog}: error: {kind}: {str(err).splitlines()[0] if str(err) else ''}",
-              file=sys.stderr)
+        print(
+            f"{prog}: error: {kind}: {str(err).splitlines()[0] if str(err) else ''}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -85,7 +85,8 @@ def process_plan(
         addresses = [f"localhost:{port}" for port in free_ports(workers)]
         plan = []
         for index in range(workers):
-            tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+            task = {"type": "worker", "index": index}
+            tf_config = {"cluster": {"worker": addresses}, "task": task}
             plan.append((train_command, {"TF_CONFIG": json.dumps(tf_config)}))
         return plan
     return [(train_command, {})]

@@ -17,7 +17,7 @@ STATUSES = ("ok", "oom", "failed", "timeout")
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def atomic_write_json(path: str, payload: dict) -> None:

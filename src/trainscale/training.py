@@ -93,7 +93,7 @@ def build_train_step(framework: Framework, model, optimizer, settings: RunSettin
         gradients = tape.gradient(objective, model.trainable_variables)
         if loss_scaling:
             gradients = optimizer.get_unscaled_gradients(gradients)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         return loss
 
     @tf.function
@@ -215,7 +215,8 @@ def train(settings: RunSettings, output: str | None = None, weights_file: str | 
             log(
                 f"{who}: block {block + 1}/{settings.iterations} "
                 f"{total:.1f} img/s total, {total / settings.replicas:.1f} per replica, "
-                f"{seconds / settings.steps_per_iteration * 1000:.1f} ms/step, loss {loss_value:.4f}"
+                f"{seconds / settings.steps_per_iteration * 1000:.1f} ms/step, "
+                f"loss {loss_value:.4f}"
             )
 
     processes = framework.gather_json(
