@@ -6,10 +6,13 @@ TRAIN_VENV ?= .venv-train
 VENV ?= .venv
 DEMO_DIR ?= results/demo-harness
 
-.PHONY: help setup system train-env analysis-env demo test test-fast lint format clean
+LOCAL_STUDY ?= results/local-cpu
+
+.PHONY: help setup system train-env analysis-env demo demo-harness test test-fast lint format clean
 
 help:
-	@echo "make demo       run every framework once on the CPU (the main job)"
+	@echo "make demo       the scaled-down study on this machine's CPU (the main job)"
+	@echo "make demo-harness  every framework once through \`trainscale run\`, no Snakemake"
 	@echo "make test       the test suite (installs everything first)"
 	@echo "make test-fast  the tests that start no multi-process training"
 	@echo "make lint       ruff"
@@ -26,9 +29,16 @@ train-env: system
 analysis-env:
 	PYTHON=$(PYTHON) bash tools/install-analysis-env.sh $(VENV)
 
-# Until the Snakemake study lands, the demo is every framework run by hand:
-# VGG-16 at 32x32 on a generated CIFAR-100-format archive, 2 CPU replicas.
-demo: train-env
+# The main job: the paper's study scaled down to this machine's CPU
+# (profiles/local/study.yaml), through Snakemake with the local executor.
+demo: train-env analysis-env
+	$(VENV)/bin/snakemake --profile profiles/local
+	@cat $(LOCAL_STUDY)/tables/table1.md
+	@echo "tables: $(LOCAL_STUDY)/tables/  figures: $(LOCAL_STUDY)/figures/"
+
+# Every framework once through the harness alone: VGG-16 at 32x32 on a
+# generated CIFAR-100-format archive, 2 CPU replicas.
+demo-harness: train-env
 	TRAIN_VENV=$(TRAIN_VENV) DEMO_DIR=$(DEMO_DIR) bash tools/demo-harness.sh
 
 test: train-env
@@ -37,13 +47,16 @@ test: train-env
 test-fast: train-env
 	$(TRAIN_VENV)/bin/python -m pytest -m "not slow"
 
-lint: train-env
-	$(TRAIN_VENV)/bin/ruff check src tests
-	$(TRAIN_VENV)/bin/ruff format --check src tests
+lint: train-env analysis-env
+	$(TRAIN_VENV)/bin/ruff check src tests tools workflow/scripts
+	$(TRAIN_VENV)/bin/ruff format --check src tests tools workflow/scripts
+	$(VENV)/bin/snakefmt --check Snakefile workflow
+	$(VENV)/bin/snakemake --lint
 
-format: train-env
-	$(TRAIN_VENV)/bin/ruff format src tests
-	$(TRAIN_VENV)/bin/ruff check --fix src tests
+format: train-env analysis-env
+	$(TRAIN_VENV)/bin/ruff format src tests tools workflow/scripts
+	$(TRAIN_VENV)/bin/ruff check --fix src tests tools workflow/scripts
+	$(VENV)/bin/snakefmt Snakefile workflow
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache .ruff_cache

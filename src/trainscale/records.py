@@ -5,6 +5,7 @@ No TensorFlow here: the analysis environment reads records with this module.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -20,27 +21,38 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def atomic_write_json(path: str, payload: dict) -> None:
-    """Write `payload` to `path` so that readers see the old file or the whole new one.
+@contextlib.contextmanager
+def atomic_path(path: str):
+    """Yield a temp path beside `path`; on success it replaces `path` in one rename.
 
-    The temp file lives in the target folder (rename is only atomic within a
-    file system) and is fsynced before the rename, so a crash or kill never
-    leaves a half-written record that would later parse as a result.
+    Readers see the old file or the whole new one, never half of it: the temp
+    file is in the target folder (rename is atomic only within a file system)
+    and keeps the suffix, so writers that pick a format by suffix still work.
+    A failure or kill leaves at most a hidden temp file, never the target.
     """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
+    base, suffix = os.path.splitext(os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=f".tmp{suffix}", dir=folder)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=False)
-            handle.write("\n")
-            handle.flush()
+        yield tmp
+        with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w") as handle:
+        handle.write(text)
+
+
+def atomic_write_json(path: str, payload: dict) -> None:
+    """Write a record atomically (see atomic_path)."""
+    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
 def read_record(path: str) -> dict:

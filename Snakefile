@@ -1,0 +1,32 @@
+# trainscale: the scaling study as a Snakemake workflow.
+#   snakemake -n --profile profiles/slurm      inspect the paper's job grid
+#   snakemake --profile profiles/local          run the scaled-down CPU study
+#   snakemake --cores 1 --configfile results/published/config.yaml
+#                                              rebuild the paper's tables from its cache
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/collect.smk"
+include: "workflow/rules/tables.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/plan.smk"
+
+
+onstart:
+    write_study_config()
+
+
+rule all:
+    default_target: True
+    input:
+        all_outputs(),

@@ -1,0 +1,451 @@
+"""From run records to the tidy table and the paper's tables. pandas, no TensorFlow.
+
+Definitions (also in the README):
+- speed-up of a run = its total images/sec / the images/sec of the SAME
+  framework's 1-GPU run (1 node x 1 GPU) with the same model, batch, data,
+  image size and device;
+- weak-scaling efficiency = speed-up / GPUs (1.0 is perfect: the batch per GPU
+  is fixed, so N GPUs should train N times as many images per second);
+- repeats of a grid point combine into one row: the mean of their means, and
+  the pooled std — the std of all their blocks together, computed from each
+  repeat's block count, mean and std.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import numpy as np
+import pandas as pd
+
+from trainscale.records import read_record
+
+POINT = ["framework", "model", "dataset", "image_size", "batch_size", "nodes", "gpus_per_node"]
+SETTING = ["framework", "model", "dataset", "image_size", "batch_size", "device"]
+FRAMEWORK_ORDER = ["tf-single", "horovod", "tf-mirrored", "tf-multiworker"]
+FRAMEWORK_LABELS = {
+    "tf-single": "TensorFlow, 1 device",
+    "horovod": "Horovod",
+    "tf-mirrored": "TF MirroredStrategy",
+    "tf-multiworker": "TF MultiWorkerMirrored",
+}
+COLUMNS = [
+    "study",
+    "framework",
+    "model",
+    "dataset",
+    "image_size",
+    "batch_size",
+    "nodes",
+    "gpus_per_node",
+    "gpus",
+    "repeat",
+    "device",
+    "status",
+    "images_per_sec_mean",
+    "images_per_sec_std",
+    "blocks",
+    "per_gpu_images_per_sec",
+    "speedup",
+    "efficiency",
+    "source",
+    "settings_hash",
+    "record",
+]
+_REPEAT = re.compile(r"r(\d+)\.json$")
+
+
+def record_row(study: str, path: str) -> dict:
+    record = read_record(path)
+    rate = record.get("images_per_sec") or {}
+    match = _REPEAT.search(path)
+    gpus = record["nodes"] * record["gpus_per_node"]
+    mean = rate.get("mean")
+    return {
+        "study": study,
+        "framework": record["framework"],
+        "model": record["model"],
+        "dataset": record["dataset"],
+        "image_size": record["image_size"],
+        "batch_size": record["batch_size"],
+        "nodes": record["nodes"],
+        "gpus_per_node": record["gpus_per_node"],
+        "gpus": gpus,
+        "repeat": int(match.group(1)) if match else 1,
+        "device": record["device"],
+        "status": record["status"],
+        "images_per_sec_mean": mean,
+        "images_per_sec_std": rate.get("std"),
+        "blocks": len(rate.get("samples") or []) or np.nan,
+        "per_gpu_images_per_sec": mean / gpus if mean is not None else None,
+        "source": record.get("source", "measured"),
+        "settings_hash": record.get("settings_hash"),
+        "record": path,
+    }
+
+
+def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add speedup and efficiency against the same framework's 1-GPU run."""
+    frame = frame.copy()
+    ok = frame[(frame["status"] == "ok") & (frame["gpus"] == 1)]
+    baseline = ok.groupby(SETTING)["images_per_sec_mean"].mean().rename("baseline")
+    frame = frame.join(baseline, on=SETTING)
+    frame["speedup"] = frame["images_per_sec_mean"] / frame["baseline"]
+    frame["efficiency"] = frame["speedup"] / frame["gpus"]
+    return frame.drop(columns="baseline")
+
+
+def collect(study: str, paths: list[str]) -> pd.DataFrame:
+    """One tidy row per run record, with speed-up and efficiency."""
+    rows = [record_row(study, p) for p in sorted(paths)]
+    frame = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("speedup", "efficiency")])
+    frame = add_scaling(frame)
+    return frame[COLUMNS].sort_values(POINT + ["repeat"], kind="stable").reset_index(drop=True)
+
+
+def _pooled(group: pd.DataFrame) -> pd.Series:
+    means = group["images_per_sec_mean"].to_numpy(float)
+    stds = group["images_per_sec_std"].to_numpy(float)
+    counts = group["blocks"].to_numpy(float)
+    mean = float(means.mean())
+    if len(group) == 1:
+        std = float(stds[0])
+    elif np.isnan(counts).any():
+        # Block counts unknown (published numbers): the spread of the means.
+        std = float(means.std(ddof=1))
+    else:
+        total = counts.sum()
+        spread = ((counts - 1) * stds**2 + counts * (means - mean) ** 2).sum()
+        std = math.sqrt(spread / (total - 1))
+    return pd.Series(
+        {"images_per_sec_mean": mean, "images_per_sec_std": std, "repeats": len(group)}
+    )
+
+
+def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
+    """One row per grid point and device: repeats combined (status ok only)."""
+    ok = tidy[tidy["status"] == "ok"]
+    keys = POINT + ["device", "gpus"]
+    if ok.empty:
+        return pd.DataFrame(
+            columns=keys
+            + ["images_per_sec_mean", "images_per_sec_std", "repeats", "speedup", "efficiency"]
+        )
+    combined = ok.groupby(keys, sort=True).apply(_pooled, include_groups=False).reset_index()
+    combined["repeats"] = combined["repeats"].astype(int)
+    combined["status"] = "ok"
+    return add_scaling(combined)
+
+
+# --------------------------------------------------------------------------
+# The paper's tables
+# --------------------------------------------------------------------------
+
+
+def _frameworks_in(frame: pd.DataFrame) -> list[str]:
+    present = set(frame["framework"])
+    return [f for f in FRAMEWORK_ORDER if f in present]
+
+
+VARIANT = ["model", "batch_size"]
+
+
+def _per_variant(combined: pd.DataFrame, build) -> pd.DataFrame:
+    """Build a table per (model, batch size) and stack them, those two columns first.
+
+    The paper's tables hold one model and batch; a study may have several.
+    """
+    parts = []
+    for (model, batch_size), part in combined.groupby(VARIANT, sort=True):
+        table = build(part)
+        table.insert(0, "batch_size", batch_size)
+        table.insert(0, "model", model)
+        parts.append(table)
+    if not parts:
+        return pd.DataFrame(columns=VARIANT)
+    return pd.concat(parts, ignore_index=True)
+
+
+def table1(combined: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Frameworks on ONE node: rows = GPUs; `<framework>_mean/_std` columns.
+
+    With a reference, `<framework>_reference_mean` and `<framework>_ratio`
+    (measured / reference) follow each framework the reference also has for
+    the same model (the reference may differ in batch, data or device: its
+    settings are in its records).
+    """
+
+    def build(part):
+        one_node = part[part["nodes"] == 1]
+        model = part["model"].iloc[0]
+        table = pd.DataFrame({"gpus": sorted(one_node["gpus_per_node"].unique())})
+        ref = None
+        if reference is not None:
+            ref = reference[(reference["nodes"] == 1) & (reference["model"] == model)]
+        for framework in _frameworks_in(one_node):
+            mine = one_node[one_node["framework"] == framework].set_index("gpus_per_node")
+            table[f"{framework}_mean"] = table["gpus"].map(mine["images_per_sec_mean"])
+            table[f"{framework}_std"] = table["gpus"].map(mine["images_per_sec_std"])
+            if ref is not None and framework in set(ref["framework"]):
+                theirs = ref[ref["framework"] == framework].set_index("gpus_per_node")
+                reference_mean = table["gpus"].map(theirs["images_per_sec_mean"])
+                table[f"{framework}_reference_mean"] = reference_mean
+                table[f"{framework}_ratio"] = table[f"{framework}_mean"] / reference_mean
+        return table
+
+    return _per_variant(combined, build)
+
+
+def table2(combined: pd.DataFrame, framework: str = "horovod") -> pd.DataFrame:
+    """One framework, rows = GPUs per node, `n<N>_mean/_std` columns per node count."""
+
+    def build(part):
+        part = part[part["framework"] == framework]
+        table = pd.DataFrame({"gpus_per_node": sorted(part["gpus_per_node"].unique())})
+        for nodes in sorted(part["nodes"].unique()):
+            column = part[part["nodes"] == nodes].set_index("gpus_per_node")
+            table[f"n{nodes}_mean"] = table["gpus_per_node"].map(column["images_per_sec_mean"])
+            table[f"n{nodes}_std"] = table["gpus_per_node"].map(column["images_per_sec_std"])
+        return table
+
+    return _per_variant(combined[combined["framework"] == framework], build)
+
+
+def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
+    columns = [
+        "model",
+        "batch_size",
+        "framework",
+        "nodes",
+        "gpus_per_node",
+        "gpus",
+        "images_per_sec_mean",
+        "speedup",
+        "efficiency",
+    ]
+    frame = combined[columns].copy()
+    frame["order"] = frame["framework"].map(FRAMEWORK_ORDER.index)
+    keys = ["model", "batch_size", "order", "nodes", "gpus_per_node"]
+    return frame.sort_values(keys).drop(columns="order").reset_index(drop=True)
+
+
+def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    """Every grid point the reference also has (same framework, model, nodes, GPUs per
+    node): measured, reference, and measured / reference, with the settings of both."""
+    keys = ["framework", "model", "nodes", "gpus_per_node"]
+    settings = ["batch_size", "image_size", "device"]
+    theirs = reference[keys + settings + ["images_per_sec_mean", "images_per_sec_std"]]
+    theirs = theirs.rename(columns={c: f"reference_{c}" for c in theirs.columns if c not in keys})
+    merged = combined.merge(theirs, on=keys)
+    merged["ratio"] = merged["images_per_sec_mean"] / merged["reference_images_per_sec_mean"]
+    columns = keys + [
+        "gpus",
+        *settings,
+        "images_per_sec_mean",
+        "images_per_sec_std",
+        *(f"reference_{c}" for c in settings),
+        "reference_images_per_sec_mean",
+        "reference_images_per_sec_std",
+        "ratio",
+    ]
+    return merged[columns].sort_values(keys).reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------
+# Rendering: CSV holds numbers; Markdown and LaTeX show "mean ± std"
+# --------------------------------------------------------------------------
+
+
+def _cell(mean, std) -> str:
+    if mean is None or pd.isna(mean):
+        return ""
+    return f"{mean:.3f} ± {std:.3f}" if not pd.isna(std) else f"{mean:.3f}"
+
+
+def display_frame(table: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Fold every `<x>_mean`/`<x>_std` pair into one "mean ± std" column."""
+    labels = labels or {}
+    shown = {}
+    for column in table.columns:
+        if column.endswith("_std") and column[:-4] + "_mean" in table.columns:
+            continue
+        if column.endswith("_mean") and column[:-5] + "_std" in table.columns:
+            stem = column[:-5]
+            shown[labels.get(stem, stem)] = [
+                _cell(m, s) for m, s in zip(table[column], table[stem + "_std"], strict=True)
+            ]
+        elif pd.api.types.is_float_dtype(table[column]):
+            shown[labels.get(column, column)] = [
+                "" if pd.isna(v) else f"{v:.3f}" for v in table[column]
+            ]
+        else:
+            shown[labels.get(column, column)] = [str(v) for v in table[column]]
+    return pd.DataFrame(shown)
+
+
+def to_markdown(shown: pd.DataFrame, caption: str) -> str:
+    header = "| " + " | ".join(shown.columns) + " |"
+    rule = "|" + "|".join("---:" for _ in shown.columns) + "|"
+    rows = ["| " + " | ".join(row) + " |" for row in shown.astype(str).to_numpy().tolist()]
+    return f"**{caption}**\n\n" + "\n".join([header, rule, *rows]) + "\n"
+
+
+_LATEX_SPECIAL = str.maketrans({"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "±": r"$\pm$"})
+
+
+def to_latex(shown: pd.DataFrame, caption: str) -> str:
+    """A booktabs table (needs \\usepackage{booktabs})."""
+
+    def escape(text):
+        return str(text).translate(_LATEX_SPECIAL)
+
+    lines = [
+        r"\begin{table}[ht]",
+        r"\centering",
+        rf"\caption{{{escape(caption)}}}",
+        r"\begin{tabular}{" + "r" * len(shown.columns) + "}",
+        r"\toprule",
+        " & ".join(escape(c) for c in shown.columns) + r" \\",
+        r"\midrule",
+        *(" & ".join(escape(v) for v in row) + r" \\" for row in shown.to_numpy().tolist()),
+        r"\bottomrule",
+        r"\end{tabular}",
+        r"\end{table}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def load_tidy(path: str) -> pd.DataFrame:
+    return pd.read_csv(path)
+
+
+def reference_combined(root: str, reference: str | None) -> pd.DataFrame | None:
+    """The reference study's combined rows, read from its cached records."""
+    if not reference:
+        return None
+    runs = os.path.join(root, reference, "runs")
+    paths = [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(runs)
+        for name in names
+        if name.endswith(".json")
+    ]
+    return combine_repeats(collect(reference, paths))
+
+
+# --------------------------------------------------------------------------
+# What the workflow's rules write (each script calls one of these)
+# --------------------------------------------------------------------------
+
+
+def write_throughput(study: str, records: list[str], output: str) -> pd.DataFrame:
+    from trainscale.records import atomic_write_text
+
+    tidy = collect(study, records)
+    atomic_write_text(output, tidy.to_csv(index=False))
+    print(f"collect: {len(tidy)} records of study {study} -> {output}")
+    return tidy
+
+
+def _write_table(table: pd.DataFrame, folder: str, name: str, caption: str, labels=None):
+    from trainscale.records import atomic_write_text
+
+    shown = display_frame(table, labels)
+    atomic_write_text(os.path.join(folder, f"{name}.csv"), table.to_csv(index=False))
+    atomic_write_text(os.path.join(folder, f"{name}.md"), to_markdown(shown, caption))
+    atomic_write_text(os.path.join(folder, f"{name}.tex"), to_latex(shown, caption))
+
+
+def write_tables(
+    tidy_csv: str, folder: str, reference: str | None, framework: str, results_root="results"
+) -> None:
+    tidy = load_tidy(tidy_csv)
+    combined = combine_repeats(tidy)
+    ref = reference_combined(results_root, reference)
+    study = tidy["study"].iloc[0] if len(tidy) else "?"
+    device = ", ".join(sorted(set(tidy["device"]))) or "?"
+
+    labels = {f: FRAMEWORK_LABELS[f] + " (images/sec)" for f in FRAMEWORK_ORDER}
+    labels.update(
+        {f"{f}_reference": f"{FRAMEWORK_LABELS[f]} ({reference})" for f in FRAMEWORK_ORDER}
+    )
+    labels.update(
+        {f"{f}_reference_mean": f"{FRAMEWORK_LABELS[f]} ({reference})" for f in FRAMEWORK_ORDER}
+    )
+    labels.update(
+        {f"{f}_ratio": f"{FRAMEWORK_LABELS[f]} measured / {reference}" for f in FRAMEWORK_ORDER}
+    )
+    labels.update({"gpus": "GPUs", "model": "Model", "batch_size": "Batch/GPU"})
+    _write_table(
+        table1(combined, ref),
+        folder,
+        "table1",
+        f"Table I: frameworks on one node, total images/sec ({study}, {device})",
+        labels,
+    )
+
+    t2 = table2(combined, framework)
+    node_labels = {
+        c[:-5]: f"{c[1:-5]} node{'s' if c[1:-5] != '1' else ''}"
+        for c in t2.columns
+        if c.endswith("_mean")
+    }
+    node_labels.update(
+        {"gpus_per_node": "GPUs per node", "model": "Model", "batch_size": "Batch/GPU"}
+    )
+    _write_table(
+        t2,
+        folder,
+        "table2",
+        f"Table II: {FRAMEWORK_LABELS.get(framework, framework)}, total images/sec "
+        f"by GPUs per node and nodes ({study}, {device})",
+        node_labels,
+    )
+
+    _write_table(
+        efficiency_table(combined),
+        folder,
+        "efficiency",
+        f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run ({study})",
+    )
+    if reference:
+        ref_labels = {
+            "images_per_sec": f"{study} (images/sec)",
+            "reference_images_per_sec": f"{reference} (images/sec)",
+            "ratio": f"measured / {reference}",
+        }
+        ref_labels.update(
+            {f"reference_{c}": f"{c} ({reference})" for c in ("batch_size", "image_size", "device")}
+        )
+        _write_table(
+            reference_table(combined, ref),
+            folder,
+            "vs_reference",
+            f"{study} vs {reference} at the grid points both have (their settings "
+            "may differ: see the columns)",
+            ref_labels,
+        )
+    print(f"tables: written to {folder}")
+
+
+def write_plan(study: str, rows: list[dict], output: str) -> str:
+    """Write plan.csv (one row per run with its job shape); return a short summary."""
+    from trainscale.records import atomic_write_text
+
+    plan = pd.DataFrame(rows)
+    plan["cached"] = [os.path.exists(path) for path in plan["record"]]
+    atomic_write_text(output, plan.to_csv(index=False))
+    summary = plan.groupby("framework").agg(
+        runs=("record", "size"),
+        cached=("cached", "sum"),
+        max_gpus=("gpus_per_node", "max"),
+        gpu_hours=("gpu_hours", "sum"),
+    )
+    lines = [
+        f"plan of study {study}: {len(plan)} runs, {int(plan['cached'].sum())} cached, "
+        f"{plan['gpu_hours'].sum():.1f} GPU-hours at the runtime limits",
+        summary.to_string(),
+    ]
+    return "\n".join(lines)

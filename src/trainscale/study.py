@@ -1,0 +1,228 @@
+"""A study: its configuration, checked, and the grid of runs it expands to.
+
+Pure Python (plus jsonschema and PyYAML): the Snakemake layer and the tests
+use it without TensorFlow. The JSON schema (workflow/schemas/config.schema.yaml)
+checks types and names; `check_config` adds what a schema cannot say well
+(duplicates, a constraint that leaves no run, a reference study that does not
+exist, a model/image-size pair the harness would refuse) and always reports
+ONE line naming the key.
+
+Validity rules are data, not code. A *clause* maps axes to conditions:
+    {framework: [tf-mirrored, tf-single], nodes: {min: 2}}
+matches a run when every axis condition holds (a list: one of; a mapping:
+min/max bounds; a scalar: equal). Axes: framework, model, batch_size, nodes,
+gpus_per_node, gpus (total). `constraints` then has
+    max_total_gpus: N           runs with more GPUs are left out
+    exclude: [clause, ...]      runs matching any clause are left out
+    only: [{when: clause, then: clause}, ...]
+                                runs matching `when` must also match `then`
+e.g. "only batch 128 and 256 for resnet50":
+    only: [{when: {model: resnet50}, then: {batch_size: [128, 256]}}]
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shlex
+from dataclasses import dataclass, fields
+
+from trainscale.settings import RunSettings, SettingsError, validate
+
+AXES = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
+CLAUSE_AXES = (*AXES, "gpus")
+SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+RECORD_PATTERN = "{framework}/{model}/b{batch_size}/n{nodes}g{gpus_per_node}r{repeat}"
+
+
+class ConfigError(ValueError):
+    """A study configuration is invalid; the message names the key, on one line."""
+
+
+@dataclass(frozen=True, order=True)
+class GridPoint:
+    framework: str
+    model: str
+    batch_size: int
+    nodes: int
+    gpus_per_node: int
+    repeat: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def stem(self) -> str:
+        """The record's path below results/{study}/runs/, without `.json`."""
+        return RECORD_PATTERN.format(**self.as_dict())
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def record_path(study: str, point: GridPoint, root: str = "results") -> str:
+    return f"{root}/{study}/runs/{point.stem()}.json"
+
+
+def _condition_holds(value, condition) -> bool:
+    if isinstance(condition, dict):
+        return condition.get("min", value) <= value <= condition.get("max", value)
+    if isinstance(condition, list):
+        return value in condition
+    return value == condition
+
+
+def matches(point: GridPoint, clause: dict) -> bool:
+    values = {**point.as_dict(), "gpus": point.gpus}
+    return all(_condition_holds(values[axis], cond) for axis, cond in clause.items())
+
+
+def allowed(point: GridPoint, constraints: dict) -> bool:
+    cap = constraints.get("max_total_gpus")
+    if cap is not None and point.gpus > cap:
+        return False
+    if any(matches(point, clause) for clause in constraints.get("exclude", [])):
+        return False
+    return all(
+        matches(point, rule["then"])
+        for rule in constraints.get("only", [])
+        if matches(point, rule["when"])
+    )
+
+
+def expand_grid(config: dict) -> list[GridPoint]:
+    """Every run of the study, in a stable order (framework, model, batch, nodes, GPUs, repeat)."""
+    grid = config["grid"]
+    constraints = config.get("constraints", {})
+    points = []
+    for values in itertools.product(*(grid[axis] for axis in AXES)):
+        point = GridPoint(*values)
+        if allowed(point, constraints):
+            points += [GridPoint(*values, repeat=r) for r in range(1, grid.get("repeats", 1) + 1)]
+    return sorted(points)
+
+
+def run_settings(config: dict, point: GridPoint) -> RunSettings:
+    """The harness settings of one grid point of this study."""
+    bench = config["benchmark"]
+    known = {f.name for f in fields(RunSettings)}
+    extra = {k: v for k, v in bench.items() if k in known}
+    return RunSettings(
+        framework=point.framework,
+        nodes=point.nodes,
+        gpus_per_node=point.gpus_per_node,
+        model=point.model,
+        batch_size=point.batch_size,
+        **extra,
+    )
+
+
+def train_arguments(config: dict, point: GridPoint) -> str:
+    """`trainscale` options for a grid point, each shell-quoted."""
+    return " ".join(shlex.quote(arg) for arg in run_settings(config, point).to_cli_args())
+
+
+# --------------------------------------------------------------------------
+# Checking a configuration
+# --------------------------------------------------------------------------
+
+
+def _key(path) -> str:
+    key = ""
+    for part in path:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key or "(top level)"
+
+
+def check_schema(config: dict, schema: dict) -> None:
+    """Validate against the JSON schema; raise ConfigError with the most relevant error."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if error is not None:
+        message = error.message
+        if error.validator == "pattern":
+            message = f"{error.instance!r} has characters that are not safe in a path or a shell"
+        raise ConfigError(f"config key {_key(error.absolute_path)}: {message}")
+
+
+def check_config(config: dict, root: str = ".") -> list[GridPoint]:
+    """Checks a schema cannot express; returns the grid. Raises ConfigError."""
+    grid = config["grid"]
+    for axis in AXES:
+        values = grid[axis]
+        duplicates = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if duplicates:
+            raise ConfigError(f"config key grid.{axis}: duplicate values {duplicates}")
+    for name in ("study", "reference"):
+        value = config.get(name)
+        if value is not None and not SAFE_NAME.match(str(value)):
+            raise ConfigError(
+                f"config key {name}: {value!r} has characters that are not safe in a path"
+            )
+    cluster = config.get("cluster") or {}
+    for name in ("partition", "account", "gpu_model", "qos"):
+        value = cluster.get(name)
+        if value not in (None, "") and not SAFE_NAME.match(str(value)):
+            raise ConfigError(
+                f"config key cluster.{name}: {value!r} has characters that are not safe "
+                "in a path or a shell"
+            )
+    points = expand_grid(config)
+    if not points:
+        raise ConfigError(
+            "config key constraints: the constraints leave no run of the grid "
+            "(check max_total_gpus, exclude and only)"
+        )
+    reference = config.get("reference")
+    if reference:
+        if reference == config["study"]:
+            raise ConfigError("config key reference: a study cannot be its own reference")
+        runs = os.path.join(root, "results", reference, "runs")
+        if not os.path.isdir(runs):
+            raise ConfigError(
+                f"config key reference: study {reference!r} has no cached records " f"(no {runs}/)"
+            )
+    for point in points:
+        try:
+            validate(run_settings(config, point), check_data=False)
+        except SettingsError as err:
+            raise ConfigError(f"config key benchmark/grid ({point.stem()}): {err}") from None
+    return points
+
+
+# --------------------------------------------------------------------------
+# What a grid point asks of a cluster
+# --------------------------------------------------------------------------
+
+
+def job_shape(config: dict, point: GridPoint, attempt: int = 1) -> dict:
+    """Nodes, tasks, GPUs, CPUs, memory and runtime of one grid point's job.
+
+    One task per process: Horovod one rank per GPU; MultiWorkerMirrored one
+    worker per node holding its GPUs (one per replica on CPU); Mirrored and
+    tf-single one process. GPUs are asked for per node.
+    """
+    cluster = config.get("cluster") or {}
+    settings = run_settings(config, point)
+    tasks_per_node = settings.processes_per_node()
+    gpus_per_node = point.gpus_per_node if settings.device == "gpu" else 0
+    cpus_per_gpu = cluster.get("cpus_per_gpu", 4)
+    runtime = cluster.get("runtime_minutes", 30) * attempt
+    gres = None
+    if gpus_per_node:
+        model = cluster.get("gpu_model")
+        gres = f"gpu:{model}:{gpus_per_node}" if model else f"gpu:{gpus_per_node}"
+    return {
+        "nodes": point.nodes,
+        "tasks": point.nodes * tasks_per_node,
+        "tasks_per_node": tasks_per_node,
+        "cpus_per_task": max(1, cpus_per_gpu * point.gpus_per_node // tasks_per_node),
+        "gpus_per_node": gpus_per_node,
+        "gres": gres,
+        "mem_mb": cluster.get("mem_mb_per_gpu", 16000) * point.gpus_per_node,
+        "runtime": runtime,
+        "gpu_hours": point.gpus * runtime / 60 if gpus_per_node else 0.0,
+    }

@@ -1,0 +1,25 @@
+# The paper's weak-scaling figures, efficiency, the framework comparison and
+# (with a reference study) measured vs reference.
+
+
+rule figures:
+    input:
+        tidy=f"{RESULTS}/throughput.csv",
+        reference=reference_record_files(),
+    output:
+        figures=[
+            report(path, category="Figures", caption="../report/figures.rst")
+            for path in figure_files(("png",))
+        ]
+        + figure_files(("pdf",)),
+    log:
+        f"{RESULTS}/logs/figures.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        reference=REFERENCE,
+        framework=WEAK_SCALING_FRAMEWORK,
+        folder=lambda wildcards, output: os.path.dirname(output[0]),
+    script:
+        "../scripts/figures.py"

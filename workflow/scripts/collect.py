@@ -1,0 +1,8 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+sys.stdout = sys.stderr
+
+from trainscale.analysis import write_throughput
+
+write_throughput(snakemake.params.study, list(snakemake.input.records), snakemake.output.tidy)

@@ -1,0 +1,13 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w")
+sys.stdout = sys.stderr
+
+from trainscale.figures import write_figures
+
+write_figures(
+    snakemake.input.tidy,
+    snakemake.params.folder,
+    snakemake.params.reference,
+    snakemake.params.framework,
+)
