@@ -14,7 +14,7 @@ help:
 	@echo "make demo       the scaled-down study on this machine's CPU (the main job)"
 	@echo "make demo-harness  every framework once through \`trainscale run\`, no Snakemake"
 	@echo "make test       the test suite (installs everything first)"
-	@echo "make test-fast  the tests that start no multi-process training"
+	@echo "make test-fast  the tests that train no model end to end"
 	@echo "make lint       ruff"
 	@echo "make setup      install system packages and both environments"
 
@@ -41,11 +41,15 @@ demo: train-env analysis-env
 demo-harness: train-env
 	TRAIN_VENV=$(TRAIN_VENV) DEMO_DIR=$(DEMO_DIR) bash tools/demo-harness.sh
 
-test: train-env
-	$(TRAIN_VENV)/bin/python -m pytest
+# Two environments, two pytest runs: the harness under TensorFlow, the
+# workflow (real Snakemake, which itself trains through .venv-train) under .venv.
+test: train-env analysis-env
+	$(TRAIN_VENV)/bin/python -m pytest tests/harness
+	$(VENV)/bin/python -m pytest tests/workflow
 
-test-fast: train-env
-	$(TRAIN_VENV)/bin/python -m pytest -m "not slow"
+test-fast: train-env analysis-env
+	$(TRAIN_VENV)/bin/python -m pytest -m "not slow" tests/harness
+	$(VENV)/bin/python -m pytest -m "not slow" tests/workflow
 
 lint: train-env analysis-env
 	$(TRAIN_VENV)/bin/ruff check src tests tools workflow/scripts

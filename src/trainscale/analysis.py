@@ -116,8 +116,10 @@ def _pooled(group: pd.DataFrame) -> pd.Series:
         # Block counts unknown (published numbers): the spread of the means.
         std = float(means.std(ddof=1))
     else:
+        # The std of all blocks of all repeats together, around their grand mean.
         total = counts.sum()
-        spread = ((counts - 1) * stds**2 + counts * (means - mean) ** 2).sum()
+        grand = (counts * means).sum() / total
+        spread = ((counts - 1) * stds**2 + counts * (means - grand) ** 2).sum()
         std = math.sqrt(spread / (total - 1))
     return pd.Series(
         {"images_per_sec_mean": mean, "images_per_sec_std": std, "repeats": len(group)}

@@ -116,7 +116,11 @@ def figure_files(extensions=("png", "pdf")):
 
 
 def all_outputs():
+    # The records are targets themselves: Snakemake does not rebuild a missing
+    # intermediate file whose consumers are up to date, and a deleted record
+    # must be measured again.
     return [
+        *record_files(),
         f"{RESULTS}/plan.csv",
         f"{RESULTS}/throughput.csv",
         *table_files(),
@@ -127,7 +131,8 @@ def all_outputs():
 def write_study_config():
     """Keep results/{study}/config.yaml = the config this study runs with."""
     target = os.path.abspath(f"{RESULTS}/config.yaml")
-    if target in {os.path.abspath(path) for path in workflow.configfiles}:
+    used = [*workflow.configfiles, *(workflow.overwrite_configfiles or [])]
+    if target in {os.path.abspath(path) for path in used}:
         return  # the study is being run from its own saved config
     from trainscale.records import atomic_write_text
 

@@ -1,0 +1,64 @@
+"""Helpers for the workflow tests: real Snakemake, in a fresh copy of the repository."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SNAKEMAKE = os.path.join(os.path.dirname(sys.executable), "snakemake")
+# What a fresh clone has that the workflow needs (the published cache included).
+WORKFLOW_FILES = ["Snakefile", "config.yaml", "workflow", "src", "profiles", "envs"]
+
+
+def load_yaml(path):
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+def copy_repository(target: str) -> str:
+    """A copy of the workflow as a fresh clone has it, sharing the training venv."""
+    os.makedirs(target, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        source = os.path.join(REPO, name)
+        if os.path.isdir(source):
+            shutil.copytree(
+                source,
+                os.path.join(target, name),
+                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+            )
+        else:
+            shutil.copy2(source, target)
+    published = os.path.join(target, "results", "published")
+    shutil.copytree(
+        os.path.join(REPO, "results", "published", "runs"), os.path.join(published, "runs")
+    )
+    shutil.copy2(os.path.join(REPO, "results", "published", "config.yaml"), published)
+    os.symlink(os.path.join(REPO, ".venv-train"), os.path.join(target, ".venv-train"))
+    return target
+
+
+def snakemake(workdir: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # SIGINT, not SIGTERM, on timeout: Snakemake ignores SIGTERM while it waits on jobs.
+    return subprocess.run(
+        ["timeout", "-s", "INT", str(int(timeout)), SNAKEMAKE, *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+
+
+def train_jobs(dry_run_output: str) -> int:
+    return dry_run_output.count("rule train:")
+
+
+@pytest.fixture()
+def repo_copy(tmp_path):
+    return copy_repository(str(tmp_path / "repo"))

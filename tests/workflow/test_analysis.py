@@ -1,0 +1,113 @@
+"""Combining repeats, speed-up, and the table layouts, on hand-made rows."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trainscale.analysis import (
+    add_scaling,
+    combine_repeats,
+    display_frame,
+    table1,
+    table2,
+    to_latex,
+    to_markdown,
+)
+
+
+def row(framework, nodes, gpn, mean, std, blocks=10, repeat=1, status="ok", model="vgg16"):
+    return {
+        "study": "s",
+        "framework": framework,
+        "model": model,
+        "dataset": "cifar100",
+        "image_size": 224,
+        "batch_size": 64,
+        "nodes": nodes,
+        "gpus_per_node": gpn,
+        "gpus": nodes * gpn,
+        "repeat": repeat,
+        "device": "gpu",
+        "status": status,
+        "images_per_sec_mean": mean,
+        "images_per_sec_std": std,
+        "blocks": blocks,
+    }
+
+
+def test_pooled_std_is_the_std_of_all_blocks_together():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(100, 5, 10), rng.normal(110, 3, 20)
+    tidy = pd.DataFrame(
+        [
+            row("horovod", 1, 1, a.mean(), a.std(ddof=1), 10, 1),
+            row("horovod", 1, 1, b.mean(), b.std(ddof=1), 20, 2),
+        ]
+    )
+    combined = combine_repeats(tidy)
+    assert len(combined) == 1 and combined["repeats"].item() == 2
+    assert combined["images_per_sec_mean"].item() == pytest.approx((a.mean() + b.mean()) / 2)
+    assert combined["images_per_sec_std"].item() == pytest.approx(
+        np.concatenate([a, b]).std(ddof=1)
+    )
+
+
+def test_failed_runs_are_not_averaged_in():
+    tidy = pd.DataFrame(
+        [
+            row("horovod", 1, 1, 100.0, 1.0),
+            row("horovod", 1, 1, math.nan, math.nan, repeat=2, status="oom"),
+        ]
+    )
+    combined = combine_repeats(tidy)
+    assert combined["images_per_sec_mean"].item() == 100.0 and combined["repeats"].item() == 1
+
+
+def test_speedup_uses_the_same_frameworks_one_gpu_run():
+    tidy = pd.DataFrame(
+        [
+            row("horovod", 1, 1, 100.0, 1.0),
+            row("horovod", 2, 2, 360.0, 1.0),
+            row("tf-mirrored", 1, 1, 80.0, 1.0),
+            row("tf-mirrored", 1, 4, 240.0, 1),
+        ]
+    )
+    scaled = add_scaling(tidy).set_index(["framework", "gpus"])
+    assert scaled.loc[("horovod", 4), "speedup"] == pytest.approx(3.6)
+    assert scaled.loc[("horovod", 4), "efficiency"] == pytest.approx(0.9)
+    assert scaled.loc[("tf-mirrored", 4), "speedup"] == pytest.approx(3.0)
+
+
+def test_table_layouts_and_rendering():
+    tidy = pd.DataFrame(
+        [
+            row("horovod", 1, 1, 100.0, 1.0),
+            row("horovod", 1, 2, 190.0, 2.0),
+            row("horovod", 2, 1, 180.0, 3.0),
+            row("tf-mirrored", 1, 1, 90.0, 4.0),
+        ]
+    )
+    combined = combine_repeats(tidy)
+    reference = combine_repeats(pd.DataFrame([row("horovod", 1, 2, 200.0, 5.0)]))
+    t1 = table1(combined, reference)
+    assert list(t1["gpus"]) == [1, 2]
+    assert list(t1["horovod_mean"]) == [100.0, 190.0]
+    assert math.isnan(t1["tf-mirrored_mean"][1])
+    assert t1["horovod_ratio"][1] == pytest.approx(0.95)
+    t2 = table2(combined, "horovod")
+    assert list(t2.columns) == [
+        "model",
+        "batch_size",
+        "gpus_per_node",
+        "n1_mean",
+        "n1_std",
+        "n2_mean",
+        "n2_std",
+    ]
+    assert math.isnan(t2["n2_mean"][1])  # 2 nodes x 2 GPUs was not in the grid
+    shown = display_frame(t2, {"n1": "1 node"})
+    assert list(shown["1 node"]) == ["100.000 ± 1.000", "190.000 ± 2.000"]
+    assert "| vgg16 | 64 | 2 | 190.000 ± 2.000 |  |" in to_markdown(shown, "T")
+    assert r"190.000 $\pm$ 2.000 &  \\" in to_latex(shown, "T")

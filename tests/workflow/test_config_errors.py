@@ -1,0 +1,192 @@
+"""Bad study configurations: one clear line naming the key, before anything runs."""
+
+import copy
+import os
+
+import pytest
+import yaml
+from conftest import REPO, snakemake, train_jobs
+
+from trainscale.study import ConfigError, check_config, check_schema
+
+with open(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml")) as handle:
+    SCHEMA = yaml.safe_load(handle)
+
+
+def base():
+    return {
+        "study": "tiny",
+        "reference": None,
+        "grid": {
+            "framework": ["horovod", "tf-single"],
+            "nodes": [1, 2],
+            "gpus_per_node": [1, 2],
+            "model": ["small_cnn"],
+            "batch_size": [16],
+        },
+        "constraints": {
+            "max_total_gpus": 4,
+            "exclude": [
+                {"framework": "tf-single", "nodes": {"min": 2}},
+                {"framework": "tf-single", "gpus_per_node": {"min": 2}},
+            ],
+        },
+        "benchmark": {"dataset": "synthetic", "image_size": 32, "device": "cpu"},
+        "cluster": {"partition": "gpu", "account": "proj-1"},
+    }
+
+
+def check(config):
+    check_schema(config, SCHEMA)
+    return check_config(config, root=REPO)
+
+
+def test_the_base_config_is_valid():
+    assert len(check(base())) == 5  # horovod on n1g1, n1g2, n2g1, n2g2 + tf-single
+
+
+def edit(path, value):
+    def apply(config):
+        *parents, last = path
+        node = config
+        for key in parents:
+            node = node[key]
+        if value is DELETE:
+            del node[last]
+        else:
+            node[last] = value
+        return config
+
+    return apply
+
+
+DELETE = object()
+
+BAD = [
+    # (what is wrong, edit, text the message must contain)
+    (
+        "unknown framework",
+        edit(["grid", "framework"], ["horovod", "pytorch"]),
+        "config key grid.framework[1]: 'pytorch' is not one of",
+    ),
+    ("unknown model", edit(["grid", "model"], ["alexnet"]), "config key grid.model[0]"),
+    ("zero nodes", edit(["grid", "nodes"], [0, 1]), "config key grid.nodes[0]: 0 is less than"),
+    ("negative gpus", edit(["grid", "gpus_per_node"], [-1]), "config key grid.gpus_per_node[0]"),
+    ("zero batch", edit(["grid", "batch_size"], [0]), "config key grid.batch_size[0]"),
+    ("batch as text", edit(["grid", "batch_size"], ["64"]), "config key grid.batch_size[0]"),
+    ("empty frameworks", edit(["grid", "framework"], []), "config key grid.framework"),
+    ("empty nodes", edit(["grid", "nodes"], []), "config key grid.nodes"),
+    ("nodes not a list", edit(["grid", "nodes"], 2), "config key grid.nodes"),
+    ("zero repeats", edit(["grid", "repeats"], 0), "config key grid.repeats"),
+    ("missing grid axis", edit(["grid", "model"], DELETE), "'model' is a required property"),
+    ("unknown grid key", edit(["grid", "colour"], ["red"]), "config key grid"),
+    (
+        "duplicate nodes",
+        edit(["grid", "nodes"], [1, 2, 1]),
+        "config key grid.nodes: duplicate values [1]",
+    ),
+    (
+        "duplicate frameworks",
+        edit(["grid", "framework"], ["horovod", "horovod"]),
+        "config key grid.framework: duplicate values ['horovod']",
+    ),
+    (
+        "cap excludes everything",
+        edit(["constraints", "max_total_gpus"], 0),
+        "config key constraints.max_total_gpus",
+    ),
+    (
+        "exclusions leave nothing",
+        edit(["constraints", "exclude"], [{"nodes": {"min": 1}}]),
+        "config key constraints: the constraints leave no run",
+    ),
+    (
+        "unknown clause axis",
+        edit(["constraints", "exclude"], [{"colour": "red"}]),
+        "config key constraints.exclude[0]",
+    ),
+    ("zero image size", edit(["benchmark", "image_size"], 0), "config key benchmark.image_size"),
+    (
+        "image below the model's minimum",
+        edit(["benchmark", "image_size"], 8),
+        "--image-size 8 is below small_cnn's minimum of 16",
+    ),
+    ("unknown device", edit(["benchmark", "device"], "tpu"), "config key benchmark.device"),
+    ("unknown dataset", edit(["benchmark", "dataset"], "imagenet"), "config key benchmark.dataset"),
+    ("zero iterations", edit(["benchmark", "iterations"], 0), "config key benchmark.iterations"),
+    (
+        "negative learning rate",
+        edit(["benchmark", "learning_rate"], -0.1),
+        "config key benchmark.learning_rate",
+    ),
+    (
+        "study with ../",
+        edit(["study"], "../etc"),
+        "config key study: '../etc' has characters that are not safe",
+    ),
+    ("study with a slash", edit(["study"], "a/b"), "config key study"),
+    ("study with a space", edit(["study"], "my study"), "config key study"),
+    (
+        "partition with a shell command",
+        edit(["cluster", "partition"], "gpu; touch pwned"),
+        "config key cluster.partition: 'gpu; touch pwned' has characters that are not safe",
+    ),
+    ("account with backticks", edit(["cluster", "account"], "`id`"), "config key cluster.account"),
+    (
+        "data dir with a dollar",
+        edit(["benchmark", "data_dir"], "$HOME/data"),
+        "config key benchmark.data_dir",
+    ),
+    (
+        "reference study missing",
+        edit(["reference"], "no-such-study"),
+        "config key reference: study 'no-such-study' has no cached records",
+    ),
+    (
+        "reference is itself",
+        edit(["reference"], "tiny"),
+        "config key reference: a study cannot be its own reference",
+    ),
+    (
+        "tf-mirrored across nodes",
+        edit(["grid", "framework"], ["tf-mirrored"]),
+        "tf-mirrored runs on one node",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "change", "expected"), BAD, ids=[b[0] for b in BAD])
+def test_bad_config_is_one_line_naming_the_key(what, change, expected):
+    config = change(copy.deepcopy(base()))
+    with pytest.raises(ConfigError) as info:
+        check(config)
+    message = str(info.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+SNAKEMAKE_CASES = [
+    ("unknown framework", edit(["grid", "framework"], ["pytorch"]), "grid.framework[0]"),
+    ("unsafe partition", edit(["cluster", "partition"], "gpu; touch pwned"), "cluster.partition"),
+    ("study escaping results/", edit(["study"], "../outside"), "config key study"),
+    ("cap excludes everything", edit(["constraints", "max_total_gpus"], 0), "max_total_gpus"),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "change", "key"), SNAKEMAKE_CASES, ids=[c[0] for c in SNAKEMAKE_CASES]
+)
+def test_snakemake_stops_before_anything_runs(repo_copy, what, change, key):
+    config = change(copy.deepcopy(base()))
+    path = os.path.join(repo_copy, "bad.yaml")
+    with open(path, "w") as handle:
+        yaml.safe_dump(config, handle)
+    for args in (["-n"], ["--cores", "1"], ["-n", "--profile", "profiles/slurm"]):
+        result = snakemake(repo_copy, *args, "--configfile", "bad.yaml", timeout=120)
+        assert result.returncode != 0
+        output = result.stdout + result.stderr
+        assert "Invalid study configuration: config key" in output and key in output
+        assert train_jobs(output) == 0
+    assert not os.path.exists(os.path.join(repo_copy, "pwned"))
+    assert sorted(os.listdir(os.path.join(repo_copy, "results"))) == ["published"]
+    assert not os.path.exists(os.path.join(os.path.dirname(repo_copy), "outside"))

@@ -1,0 +1,107 @@
+"""Grid expansion and validity rules: exact job sets."""
+
+import os
+
+import pytest
+from conftest import REPO, load_yaml
+
+from trainscale.study import GridPoint, expand_grid, job_shape, matches
+
+
+def points(config):
+    return {
+        (p.framework, p.model, p.batch_size, p.nodes, p.gpus_per_node, p.repeat)
+        for p in expand_grid(config)
+    }
+
+
+def test_the_papers_grid():
+    config = load_yaml(os.path.join(REPO, "config.yaml"))
+    got = points(config)
+    cells = {(n, g) for n in range(1, 5) for g in range(1, 8) if n * g <= 12}
+    expected = (
+        {("horovod", "vgg16", 64, n, g, 1) for n, g in cells}
+        | {("tf-multiworker", "vgg16", 64, n, g, 1) for n, g in cells}
+        | {("tf-mirrored", "vgg16", 64, 1, g, 1) for g in range(1, 8)}
+        | {("tf-single", "vgg16", 64, 1, 1, 1)}
+    )
+    assert got == expected
+    assert len(cells) == 20  # exactly Table II's filled cells
+    assert len(got) == 48
+
+
+def test_the_published_grid_is_the_papers_tables():
+    config = load_yaml(os.path.join(REPO, "results", "published", "config.yaml"))
+    got = points(config)
+    assert len(got) == 24
+    assert {p for p in got if p[0] == "tf-mirrored"} == {
+        ("tf-mirrored", "vgg16", 64, 1, g, 1) for g in range(1, 5)
+    }
+    assert ("horovod", "vgg16", 64, 4, 4, 1) not in got  # 16 GPUs: over the cap
+    assert ("horovod", "vgg16", 64, 4, 3, 1) in got
+
+
+def seed_002_config():
+    # ResNet-50 at batch 128 and 256 only, VGG-16 at every batch, up to 64 GPUs.
+    return {
+        "grid": {
+            "framework": ["horovod"],
+            "model": ["resnet50", "vgg16"],
+            "batch_size": [64, 128, 256],
+            "nodes": [1, 2, 4, 8, 16],
+            "gpus_per_node": [4],
+            "repeats": 2,
+        },
+        "constraints": {
+            "max_total_gpus": 64,
+            "only": [{"when": {"model": "resnet50"}, "then": {"batch_size": [128, 256]}}],
+        },
+    }
+
+
+def test_seed_002_shape_only_rule_and_repeats():
+    got = points(seed_002_config())
+    expected = {
+        ("horovod", "resnet50", b, n, 4, r)
+        for b in (128, 256)
+        for n in (1, 2, 4, 8, 16)
+        for r in (1, 2)
+    }
+    expected |= {
+        ("horovod", "vgg16", b, n, 4, r)
+        for b in (64, 128, 256)
+        for n in (1, 2, 4, 8, 16)
+        for r in (1, 2)
+    }
+    assert got == expected and len(got) == 50
+
+
+def test_total_gpu_axis_and_bounds():
+    point = GridPoint("horovod", "vgg16", 64, 3, 4)
+    assert matches(point, {"gpus": {"min": 12}})
+    assert not matches(point, {"gpus": {"max": 11}})
+    assert matches(point, {"framework": ["horovod", "tf-single"], "nodes": 3})
+    assert not matches(point, {"framework": "horovod", "nodes": [1, 2]})
+
+
+@pytest.mark.parametrize(
+    ("framework", "device", "expected"),
+    [
+        ("horovod", "gpu", {"nodes": 2, "tasks": 6, "tasks_per_node": 3, "gres": "gpu:3"}),
+        (
+            "tf-multiworker",
+            "gpu",
+            {"nodes": 2, "tasks": 2, "tasks_per_node": 1, "gres": "gpu:3", "cpus_per_task": 12},
+        ),
+        ("tf-multiworker", "cpu", {"nodes": 2, "tasks": 6, "tasks_per_node": 3, "gres": None}),
+    ],
+)
+def test_job_shapes(framework, device, expected):
+    config = {
+        "benchmark": {"dataset": "synthetic", "image_size": 32, "device": device},
+        "cluster": {"cpus_per_gpu": 4, "runtime_minutes": 20},
+    }
+    shape = job_shape(config, GridPoint(framework, "vgg16", 64, 2, 3))
+    assert {k: shape[k] for k in expected} == expected
+    assert shape["runtime"] == 20
+    assert job_shape(config, GridPoint(framework, "vgg16", 64, 2, 3), attempt=2)["runtime"] == 40

@@ -1,0 +1,126 @@
+"""A full local study on the CPU, for real: records, tables, figures, and what reruns."""
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import copy_repository, snakemake, train_jobs
+
+STUDY = {
+    "study": "tiny-cpu",
+    "reference": "published",
+    "train_env": ".venv-train",
+    "grid": {
+        "framework": ["tf-single", "horovod", "tf-mirrored"],
+        "nodes": [1],
+        "gpus_per_node": [1, 2],
+        "model": ["small_cnn"],
+        "batch_size": [16],
+    },
+    "constraints": {"exclude": [{"framework": "tf-single", "gpus_per_node": {"min": 2}}]},
+    "benchmark": {
+        "dataset": "cifar100",
+        "data_dir": "results/tiny-cpu/data",
+        "generate_cifar100_images": 256,
+        "image_size": 32,
+        "device": "cpu",
+        "warmup_steps": 1,
+        "iterations": 2,
+        "steps_per_iteration": 2,
+    },
+}
+RECORD = "results/tiny-cpu/runs/horovod/small_cnn/b16/n1g2r1.json"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    repo = copy_repository(str(tmp_path_factory.mktemp("local") / "repo"))
+    with open(os.path.join(repo, "tiny.yaml"), "w") as handle:
+        yaml.safe_dump(STUDY, handle)
+    args = ["--profile", "profiles/local", "--configfile", "tiny.yaml"]
+    result = snakemake(repo, *args, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return repo, args
+
+
+@pytest.mark.slow
+def test_records_tables_and_figures(study):
+    repo, _ = study
+    folder = os.path.join(repo, "results", "tiny-cpu")
+    tidy = pd.read_csv(os.path.join(folder, "throughput.csv"))
+    assert len(tidy) == 5 and set(tidy["status"]) == {"ok"} and set(tidy["device"]) == {"cpu"}
+    assert (tidy["images_per_sec_mean"] > 0).all()
+    one_gpu = tidy[tidy["gpus"] == 1]
+    assert (one_gpu["speedup"] == 1.0).all()
+    for name in ("table1", "table2", "efficiency", "vs_reference"):
+        for ext in ("csv", "md", "tex"):
+            assert os.path.getsize(os.path.join(folder, "tables", f"{name}.{ext}")) > 0
+    for name in (
+        "weak_scaling_hosts",
+        "weak_scaling_gpus",
+        "efficiency",
+        "frameworks",
+        "vs_reference",
+    ):
+        for ext in ("png", "pdf"):
+            assert os.path.getsize(os.path.join(folder, "figures", f"{name}.{ext}")) > 1000
+    # The study's exact config is saved beside its results, and regenerates them.
+    saved = yaml.safe_load(Path(folder, "config.yaml").read_text())
+    assert saved["grid"] == {**STUDY["grid"], "repeats": 1} and saved["study"] == "tiny-cpu"
+    # The study replaced config.yaml rather than merging into it: no paper GPU cap.
+    assert "max_total_gpus" not in saved["constraints"]
+    # Each run's log holds the harness's per-block progress.
+    log = Path(os.path.join(folder, "logs/train/horovod/small_cnn/b16/n1g2r1.log")).read_text()
+    assert "block 2/2" in log
+
+
+@pytest.mark.slow
+def test_rerun_is_a_no_op_and_a_deleted_record_reruns_alone(study):
+    repo, args = study
+    again = snakemake(repo, "-n", *args)
+    assert again.returncode == 0
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+    # Editing the code does not rerun measurements (profiles/default's triggers).
+    with open(os.path.join(repo, "workflow/rules/train.smk"), "a") as handle:
+        handle.write("\n# an edit\n")
+    edited = snakemake(repo, "-n", *args)
+    assert train_jobs(edited.stdout + edited.stderr) == 0
+
+    os.remove(os.path.join(repo, RECORD))
+    dry = snakemake(repo, "-n", *args)
+    output = dry.stdout + dry.stderr
+    assert train_jobs(output) == 1 and "n1g2r1.json" in output
+    run = snakemake(repo, *args, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(Path(repo, RECORD).read_text())["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_saved_config_regenerates_the_figures_without_training(study, tmp_path):
+    repo, _ = study
+    fresh = copy_repository(str(tmp_path / "fresh"))
+    import shutil
+
+    shutil.copytree(
+        os.path.join(repo, "results", "tiny-cpu", "runs"),
+        os.path.join(fresh, "results", "tiny-cpu", "runs"),
+    )
+    shutil.copy2(
+        os.path.join(repo, "results", "tiny-cpu", "config.yaml"),
+        os.path.join(fresh, "results", "tiny-cpu", "config.yaml"),
+    )
+    # Pretend the training environment is gone: regenerating must not need it.
+    os.remove(os.path.join(fresh, ".venv-train"))
+    args = ["--cores", "1", "--configfile", "results/tiny-cpu/config.yaml"]
+    dry = snakemake(fresh, "-n", *args)
+    assert train_jobs(dry.stdout + dry.stderr) == 0
+    # The generated data archive is missing too: it is only an (ancient) input of
+    # train, which does not run, so it must not be regenerated either.
+    assert "rule generate_cifar100:" not in dry.stdout + dry.stderr
+    run = snakemake(fresh, *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert os.path.exists(os.path.join(fresh, "results/tiny-cpu/figures/frameworks.png"))

@@ -1,0 +1,104 @@
+"""The published study rebuilds from its cache alone, on a fresh copy, in seconds."""
+
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import snakemake, train_jobs
+
+# Seed 000 as printed. Table II: rows = GPUs per node, columns = 1..4 nodes.
+TABLE_II = {
+    1: [(272.445, 25.582), (472.425, 26.247), (702.127, 26.435), (924.093, 66.829)],
+    2: [(451.698, 17.742), (910.767, 42.640), (1321.872, 86.017), (1768.105, 171.072)],
+    3: [(677.059, 26.387), (1300.992, 89.301), (1956.980, 130.057), (2436.152, 187.640)],
+    4: [(894.088, 41.936), (1734.713, 107.277), (2428.542, 189.716)],
+    5: [(1114.151, 52.754), (1855.495, 136.407)],
+    6: [(1332.648, 68.411), (2385.434, 197.324)],
+    7: [(1487.610, 58.900)],
+}
+TABLE_I_TENSORFLOW = [(256.676, 33.711), (458.816, 2.550), (694.008, 5.072), (929.747, 6.866)]
+TABLE_I_HOROVOD_AS_PRINTED = [
+    (272.445, 25.582),
+    (472.425, 26.247),
+    (702.127, 26.435),
+    (924.093, 66.829),
+]
+
+
+@pytest.fixture(scope="module")
+def rebuilt(tmp_path_factory):
+    from conftest import copy_repository
+
+    repo = copy_repository(str(tmp_path_factory.mktemp("fresh") / "repo"))
+    dry = snakemake(repo, "-n", "--cores", "1", "--configfile", "results/published/config.yaml")
+    assert dry.returncode == 0, dry.stderr
+    start = time.monotonic()
+    run = snakemake(repo, "--cores", "1", "--configfile", "results/published/config.yaml")
+    seconds = time.monotonic() - start
+    assert run.returncode == 0, run.stderr[-3000:]
+    return repo, dry.stdout + dry.stderr, seconds
+
+
+def test_no_training_in_the_dag_and_fast(rebuilt):
+    repo, dry_run, seconds = rebuilt
+    assert train_jobs(dry_run) == 0
+    assert "collect" in dry_run and "tables" in dry_run and "figures" in dry_run
+    print(f"published study rebuilt in {seconds:.1f} s")
+    assert seconds < 30
+
+
+def test_table2_is_the_papers_table_ii_cell_for_cell(rebuilt):
+    repo, _, _ = rebuilt
+    table = pd.read_csv(os.path.join(repo, "results/published/tables/table2.csv"))
+    assert list(table["gpus_per_node"]) == list(range(1, 8))
+    for _, row in table.iterrows():
+        published = TABLE_II[row["gpus_per_node"]]
+        for nodes in range(1, 5):
+            if nodes <= len(published):
+                assert (row[f"n{nodes}_mean"], row[f"n{nodes}_std"]) == published[nodes - 1]
+            else:
+                assert pd.isna(row[f"n{nodes}_mean"])  # outside the 12-GPU grid: empty
+
+
+def test_table1(rebuilt):
+    repo, _, _ = rebuilt
+    table = pd.read_csv(os.path.join(repo, "results/published/tables/table1.csv"))
+    first_four = table[table["gpus"] <= 4]
+    tensorflow = list(
+        zip(first_four["tf-mirrored_mean"], first_four["tf-mirrored_std"], strict=True)
+    )
+    assert tensorflow == TABLE_I_TENSORFLOW
+    # Our Horovod column is Table II's "1 Node" column (Horovod on one node)...
+    horovod = list(zip(table["horovod_mean"], table["horovod_std"], strict=True))
+    assert horovod == [TABLE_II[g][0] for g in range(1, 8)]
+    # ...while the paper's own Table I Horovod column is Table II's "1 GPU" row.
+    assert TABLE_II[1] == TABLE_I_HOROVOD_AS_PRINTED
+    assert horovod[:4] != TABLE_I_HOROVOD_AS_PRINTED
+
+
+def test_every_table_and_figure_exists(rebuilt):
+    repo, _, _ = rebuilt
+    folder = os.path.join(repo, "results/published")
+    for name in ("table1", "table2", "efficiency"):
+        for ext in ("csv", "md", "tex"):
+            assert os.path.getsize(f"{folder}/tables/{name}.{ext}") > 0
+    for name in ("weak_scaling_hosts", "weak_scaling_gpus", "efficiency", "frameworks"):
+        for ext in ("png", "pdf"):
+            assert os.path.getsize(f"{folder}/figures/{name}.{ext}") > 1000
+    markdown = Path(f"{folder}/tables/table2.md").read_text()
+    assert "| 4 | 894.088 ± 41.936 | 1734.713 ± 107.277 | 2428.542 ± 189.716 |  |" in markdown
+    latex = Path(f"{folder}/tables/table2.tex").read_text()
+    assert r"\toprule" in latex and r"894.088 $\pm$ 41.936" in latex
+
+
+def test_speedup_and_efficiency_against_the_1_gpu_run(rebuilt):
+    repo, _, _ = rebuilt
+    tidy = pd.read_csv(os.path.join(repo, "results/published/throughput.csv"))
+    row = tidy[(tidy.framework == "horovod") & (tidy.nodes == 4) & (tidy.gpus_per_node == 3)]
+    assert row["speedup"].item() == pytest.approx(2436.152 / 272.445)
+    assert row["efficiency"].item() == pytest.approx(2436.152 / 272.445 / 12)
+    mirrored = tidy[(tidy.framework == "tf-mirrored") & (tidy.gpus_per_node == 2)]
+    assert mirrored["speedup"].item() == pytest.approx(458.816 / 256.676)
+    assert set(tidy["source"].str.split(":").str[0]) == {"published"}
