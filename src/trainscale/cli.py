@@ -81,6 +81,21 @@ def _options() -> argparse.ArgumentParser:
         metavar="NPZ",
         help="also save initial and final trainable weights (used by the equivalence test)",
     )
+    out.add_argument(
+        "--expect-cuda-devices",
+        type=int,
+        default=0,
+        metavar="N",
+        help="(train) fail unless CUDA_VISIBLE_DEVICES names at least N devices",
+    )
+    out.add_argument(
+        "--requested-gpus-per-node",
+        type=int,
+        default=0,
+        metavar="G",
+        help="(run) the GPUs per node the job asked its scheduler for; each process "
+        "must see its share",
+    )
     return p
 
 
@@ -106,10 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         args, settings = parse(argv)
         prog = f"trainscale {args.command}"
         validate(settings)
+        for option in ("expect_cuda_devices", "requested_gpus_per_node"):
+            if getattr(args, option) < 0:
+                raise SettingsError(f"--{option.replace('_', '-')} must be zero or positive")
         if args.command == "train":
             from trainscale.training import train
 
-            train(settings, args.output, args.save_weights)
+            train(settings, args.output, args.save_weights, args.expect_cuda_devices)
             return 0
         return _run(settings, args)
     except SettingsError as err:
@@ -134,7 +152,7 @@ def _run(settings: RunSettings, args) -> int:
         f"trainscale-{settings.framework}-{settings.model}-n{settings.nodes}"
         f"g{settings.gpus_per_node}-b{settings.batch_size}.json"
     )
-    code = launch(settings, output, args.save_weights)
+    code = launch(settings, output, args.save_weights, args.requested_gpus_per_node)
     if code != 0:
         print(f"trainscale run: error: {settings.framework} exited with {code}", file=sys.stderr)
         return code if code > 0 else 128 - code

@@ -103,6 +103,22 @@ def configure_host(settings: RunSettings, processes_on_node: int) -> None:
             tf.config.experimental.set_memory_growth(gpu, True)
 
 
+def require_cuda_devices(count: int) -> None:
+    """Fail unless CUDA_VISIBLE_DEVICES names at least `count` devices.
+
+    What SLURM gave this process is checked before TensorFlow starts, so a
+    launcher that hides GPUs (a step wrapped in `srun -n1` without --gpus,
+    say) is caught even on a CPU run, and no number is reported for it.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = [d for d in (visible or "").split(",") if d.strip()]
+    if len(devices) < count:
+        raise DeviceError(
+            f"this process was given {count} GPU(s) per the job request but sees "
+            f"{len(devices)} (CUDA_VISIBLE_DEVICES={visible if visible is not None else '<unset>'})"
+        )
+
+
 def _require_gpus(count: int, who: str) -> list:
     import tensorflow as tf
 
@@ -152,6 +168,8 @@ class Horovod(Framework):
         import tensorflow as tf
 
         self.hvd = hvd
+        if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
+            os.environ.update(horovod_env_from_slurm())
         hvd.init()
         configure_host(self.settings, hvd.local_size())
         self.num_processes, self.process_index = hvd.size(), hvd.rank()
@@ -307,14 +325,73 @@ class MultiWorker(Strategy):
 
         if "TF_CONFIG" in os.environ:
             return tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        if "SLURM_JOB_ID" in os.environ:
-            return tf.distribute.cluster_resolver.SlurmClusterResolver(
-                port_base=slurm_port_base(os.environ["SLURM_JOB_ID"]),
-                auto_set_gpu=self.settings.device == "gpu",
-            )
+        if "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ:
+            return self.slurm_resolver()
         raise DeviceError(
-            "tf-multiworker needs TF_CONFIG (set by `trainscale run`) or a SLURM job step"
+            "tf-multiworker needs TF_CONFIG (set by `trainscale run`) or a SLURM job step (srun)"
         )
+
+    def slurm_resolver(self):
+        """SlurmClusterResolver for this job step, on GPUs or CPUs.
+
+        Its defaults ask nvidia-smi for the GPU count (absent on CPU nodes) and
+        refuse 0 GPUs, so both counts are given: on GPUs each worker holds its
+        node's G GPUs; on CPUs each worker is one replica and the resolver is
+        told of one "GPU" per task, not set, and wrapped to say there are none.
+        """
+        import tensorflow as tf
+
+        resolvers = tf.distribute.cluster_resolver
+        port_base = slurm_port_base(os.environ["SLURM_JOB_ID"])
+        if self.settings.device == "gpu":
+            gpus = self.settings.gpus_per_node
+            return resolvers.SlurmClusterResolver(
+                port_base=port_base, gpus_per_node=gpus, gpus_per_task=gpus, auto_set_gpu=True
+            )
+        per_node = self.settings.processes_per_node()
+        slurm = resolvers.SlurmClusterResolver(
+            port_base=port_base, gpus_per_node=per_node, gpus_per_task=1, auto_set_gpu=False
+        )
+        cluster = slurm.cluster_spec()  # also sets task_type and task_id
+        return resolvers.SimpleClusterResolver(
+            cluster,
+            task_type=slurm.task_type,
+            task_id=slurm.task_id,
+            num_accelerators={},
+            rpc_layer="grpc",
+        )
+
+
+def _tasks_per_node(spec: str) -> list[int]:
+    """Expand SLURM's tasks-per-node syntax: "2(x3),1" -> [2, 2, 2, 1]."""
+    counts = []
+    for part in spec.split(","):
+        if "(x" in part:
+            count, repeat = part.rstrip(")").split("(x")
+            counts += [int(count)] * int(repeat)
+        else:
+            counts.append(int(part))
+    return counts
+
+
+def horovod_env_from_slurm(env=None) -> dict[str, str]:
+    """Horovod's per-rank Gloo variables, derived from SLURM's task variables.
+
+    srun starts every rank with the same environment; each rank works out its
+    own place from what SLURM set for its task.
+    """
+    env = os.environ if env is None else env
+    node = int(env["SLURM_NODEID"])
+    per_node = _tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"])
+    return {
+        "HOROVOD_RANK": env["SLURM_PROCID"],
+        "HOROVOD_SIZE": env["SLURM_STEP_NUM_TASKS"],
+        "HOROVOD_LOCAL_RANK": env["SLURM_LOCALID"],
+        "HOROVOD_LOCAL_SIZE": str(per_node[node]),
+        "HOROVOD_CROSS_RANK": str(node),
+        "HOROVOD_CROSS_SIZE": env["SLURM_STEP_NUM_NODES"],
+        "HOROVOD_HOSTNAME": env["SLURMD_NODENAME"],
+    }
 
 
 def slurm_port_base(job_id: str) -> int:

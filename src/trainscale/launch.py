@@ -1,9 +1,10 @@
-"""`trainscale run`: start every process of one grid point on THIS machine and wait.
+"""`trainscale run`: start every process of one grid point and wait.
 
-Horovod ranks come from mpirun (or horovodrun --gloo), MultiWorkerMirrored
-workers from N local processes each given its TF_CONFIG, and the other
-frameworks from one process. A cluster run across nodes is the SLURM
-profile's job, never this module's.
+On a machine of its own: Horovod ranks come from mpirun (or horovodrun
+--gloo), MultiWorkerMirrored workers from N local processes each given its
+TF_CONFIG, the other frameworks from one process; more than one node is
+refused. Inside a SLURM job (what the SLURM profile submits): the same
+processes as srun job steps across the job's nodes.
 """
 
 from __future__ import annotations
@@ -20,11 +21,18 @@ import time
 from trainscale.settings import RunSettings, SettingsError
 
 
-def _train_command(settings: RunSettings, output: str, weights_file: str | None) -> list[str]:
+def _train_command(
+    settings: RunSettings,
+    output: str,
+    weights_file: str | None,
+    expect_cuda_devices: int = 0,
+) -> list[str]:
     command = [sys.executable, "-m", "trainscale", "train", *settings.to_cli_args()]
     command += ["--output", output]
     if weights_file:
         command += ["--save-weights", weights_file]
+    if expect_cuda_devices:
+        command += ["--expect-cuda-devices", str(expect_cuda_devices)]
     return command
 
 
@@ -58,7 +66,7 @@ def horovod_command(settings: RunSettings, train_command: list[str]) -> list[str
         ]
     mpirun = shutil.which("mpirun")
     if mpirun is None:
-        raise SettingsError("--horovod-launcher mpirun: no mpirun on PATH (install openmpi-bin)")
+        raise SettingsError("--horovod-launcher mpi: no mpirun on PATH (install openmpi-bin)")
     command = [mpirun, "-np", ranks, "--bind-to", "none", "--map-by", "slot", "--oversubscribe"]
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
@@ -68,28 +76,124 @@ def horovod_command(settings: RunSettings, train_command: list[str]) -> list[str
     return command + train_command
 
 
+def in_slurm_job() -> bool:
+    return "SLURM_JOB_ID" in os.environ
+
+
 def process_plan(
-    settings: RunSettings, output: str, weights_file: str | None = None
+    settings: RunSettings,
+    output: str,
+    weights_file: str | None = None,
+    requested_gpus_per_node: int = 0,
 ) -> list[tuple[list[str], dict[str, str]]]:
-    """The (argv, extra environment) of every process `run` starts."""
+    """The (argv, extra environment) of every process `run` starts.
+
+    Inside a SLURM job the processes are job steps started with srun across
+    the job's nodes; elsewhere they are local processes on this one machine.
+    """
+    processes_per_node = settings.processes_per_node()
+    # Each process must see the GPUs it drives (checked before any timing).
+    expect = requested_gpus_per_node // processes_per_node if requested_gpus_per_node else 0
+    train_command = _train_command(settings, output, weights_file, expect)
+    if in_slurm_job():
+        return slurm_plan(settings, train_command, requested_gpus_per_node)
     if settings.nodes != 1:
         raise SettingsError(
             f"--nodes {settings.nodes}: `trainscale run` launches on this machine only; "
             "run multi-node points with `snakemake --profile profiles/slurm`"
         )
-    train_command = _train_command(settings, output, weights_file)
     if settings.framework == "horovod":
         return [(horovod_command(settings, train_command), {})]
     if settings.framework == "tf-multiworker":
-        workers = settings.processes_per_node()
-        addresses = [f"localhost:{port}" for port in free_ports(workers)]
+        addresses = [f"localhost:{port}" for port in free_ports(processes_per_node)]
         plan = []
-        for index in range(workers):
+        for index in range(processes_per_node):
             task = {"type": "worker", "index": index}
             tf_config = {"cluster": {"worker": addresses}, "task": task}
             plan.append((train_command, {"TF_CONFIG": json.dumps(tf_config)}))
         return plan
     return [(train_command, {})]
+
+
+def slurm_plan(
+    settings: RunSettings, train_command: list[str], requested_gpus_per_node: int
+) -> list[tuple[list[str], dict[str, str]]]:
+    """srun steps for a grid point inside its SLURM job.
+
+    The job's shape (nodes, tasks, GPUs) was set at submission from the grid
+    point; the step asks for it again explicitly, because Snakemake's jobstep
+    plugin strips the SLURM_* variables srun would otherwise inherit.
+    """
+    processes_per_node = settings.processes_per_node()
+    tasks = settings.nodes * processes_per_node
+    if tasks == 1:
+        # One process: it runs right here, in the job's batch step, which
+        # holds the job's GPUs on its node.
+        return [(train_command, {})]
+    srun = [
+        "srun",
+        f"--nodes={settings.nodes}",
+        f"--ntasks={tasks}",
+        f"--ntasks-per-node={processes_per_node}",
+        # One dead rank must end the step, not leave the others spinning in
+        # a collective until the time limit.
+        "--kill-on-bad-exit=1",
+        "--export=ALL",
+    ]
+    if requested_gpus_per_node:
+        srun.append(f"--gres=gpu:{requested_gpus_per_node}")
+    extra_env: dict[str, str] = {}
+    if settings.framework == "horovod" and settings.horovod_launcher == "mpi":
+        # Debian's Open MPI can be started by srun only through PMIx.
+        srun.append("--mpi=pmix")
+    elif settings.framework == "horovod":
+        extra_env = start_gloo_rendezvous(settings)
+    return [(srun + train_command, extra_env)]
+
+
+_rendezvous_servers: list = []  # kept alive until the process exits
+
+
+def job_hosts() -> list[str]:
+    """The host names of this SLURM job's nodes, in order."""
+    job = os.environ["SLURM_JOB_ID"]
+    nodelist = subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%N"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    hosts = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if not hosts:
+        raise RuntimeError(f"SLURM job {job} has no nodes (squeue said {nodelist!r})")
+    return hosts
+
+
+def start_gloo_rendezvous(settings: RunSettings) -> dict[str, str]:
+    """Start Horovod's Gloo rendezvous server here; return what every rank needs.
+
+    Each rank derives its own HOROVOD_RANK, LOCAL_RANK, ... from SLURM's
+    task variables (trainscale.frameworks.horovod_env_from_slurm).
+    """
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.http.http_server import RendezvousServer
+
+    hosts = job_hosts()[: settings.nodes]
+    per_node = settings.processes_per_node()
+    slots = get_host_assignments(
+        parse_hosts(",".join(f"{h}:{per_node}" for h in hosts)), settings.replicas
+    )
+    server = RendezvousServer(verbose=0)
+    port = server.start()
+    server.init(slots)
+    _rendezvous_servers.append(server)
+    return {
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": socket.gethostbyname(socket.gethostname()),
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
+        # Both are needed: with either missing Horovod calls MPI_Init and fails.
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "TRAINSCALE_HOROVOD_GLOO_FROM_SLURM": "1",
+    }
 
 
 def _stop(processes: list[subprocess.Popen], grace: float = 10.0) -> None:
@@ -106,9 +210,14 @@ def _stop(processes: list[subprocess.Popen], grace: float = 10.0) -> None:
             proc.wait()
 
 
-def launch(settings: RunSettings, output: str, weights_file: str | None = None) -> int:
+def launch(
+    settings: RunSettings,
+    output: str,
+    weights_file: str | None = None,
+    requested_gpus_per_node: int = 0,
+) -> int:
     """Run every process of the grid point; return 0 when all succeeded."""
-    plan = process_plan(settings, output, weights_file)
+    plan = process_plan(settings, output, weights_file, requested_gpus_per_node)
     processes = []
     try:
         for argv, extra_env in plan:

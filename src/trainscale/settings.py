@@ -18,7 +18,9 @@ DATASETS = ("cifar100", "synthetic")
 DEVICES = ("gpu", "cpu")
 OPTIMIZERS = ("adam", "sgd")
 PRECISIONS = ("fp32", "fp16", "bf16")
-HOROVOD_LAUNCHERS = ("mpirun", "gloo")
+# How Horovod ranks are started: MPI (mpirun here, srun --mpi=pmix under SLURM)
+# or Gloo (horovodrun --gloo here, srun with a rendezvous server under SLURM).
+HOROVOD_LAUNCHERS = ("mpi", "gloo")
 
 # Smallest input side each model accepts (Keras' own limits for the
 # applications; small_cnn needs two 5x5 convolutions and two 2x2 poolings).
@@ -61,7 +63,7 @@ class RunSettings:
     precision: str = "fp32"
     xla: bool = False
     augment: bool = True
-    horovod_launcher: str = "mpirun"
+    horovod_launcher: str = "mpi"
 
     @property
     def replicas(self) -> int:

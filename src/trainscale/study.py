@@ -203,12 +203,15 @@ def job_shape(config: dict, point: GridPoint, attempt: int = 1) -> dict:
 
     One task per process: Horovod one rank per GPU; MultiWorkerMirrored one
     worker per node holding its GPUs (one per replica on CPU); Mirrored and
-    tf-single one process. GPUs are asked for per node.
+    tf-single one process. GPUs are asked for per node: for GPU runs, and for
+    CPU runs too when `cluster.request_gpus_on_cpu` is set (the SLURM lab's
+    fake GPUs, to test that path).
     """
     cluster = config.get("cluster") or {}
     settings = run_settings(config, point)
     tasks_per_node = settings.processes_per_node()
-    gpus_per_node = point.gpus_per_node if settings.device == "gpu" else 0
+    asks_gpus = settings.device == "gpu" or cluster.get("request_gpus_on_cpu", False)
+    gpus_per_node = point.gpus_per_node if asks_gpus else 0
     cpus_per_gpu = cluster.get("cpus_per_gpu", 4)
     runtime = cluster.get("runtime_minutes", 30) * attempt
     gres = None
@@ -224,5 +227,42 @@ def job_shape(config: dict, point: GridPoint, attempt: int = 1) -> dict:
         "gres": gres,
         "mem_mb": cluster.get("mem_mb_per_gpu", 16000) * point.gpus_per_node,
         "runtime": runtime,
-        "gpu_hours": point.gpus * runtime / 60 if gpus_per_node else 0.0,
+        "gpu_hours": point.gpus * runtime / 60 if settings.device == "gpu" else 0.0,
     }
+
+
+def slurm_resources(config: dict, point: GridPoint, attempt: int = 1) -> dict:
+    """The job shape in the resource names snakemake-executor-plugin-slurm reads.
+
+    The plugin's rules, which this encodes (its submit_string.py, v2.8):
+    - a job with an `mpi` resource runs its command directly in the batch
+      step; without one, the jobstep plugin wraps it in `srun -n1`, which
+      would start our launcher once on one node. Multi-process points set
+      mpi=srun (trainscale run then starts the ranks with srun itself); the
+      plugin refuses mpi jobs of one task, so single-process points leave it
+      empty and run in that one step.
+    - for mpi jobs exactly one of tasks / tasks_per_node may be set (0 = unset):
+      tasks_per_node when a node runs several processes, else tasks;
+    - for GPU jobs it sets --ntasks-per-gpu to `tasks` unless tasks_per_gpu
+      is given; 0 turns that off, so the task geometry stays ours.
+    """
+    shape = job_shape(config, point, attempt)
+    cluster = config.get("cluster") or {}
+    total, per_node = shape["tasks"], shape["tasks_per_node"]
+    several_per_node = total > 1 and per_node > 1
+    resources = {
+        "nodes": shape["nodes"],
+        "tasks": 0 if several_per_node else total,
+        "tasks_per_node": per_node if several_per_node else 0,
+        "tasks_per_gpu": 0,
+        "mpi": "srun" if total > 1 else "",
+        "cpus_per_task": shape["cpus_per_task"],
+        "mem_mb": shape["mem_mb"],
+        "runtime": shape["runtime"],
+        "gres": shape["gres"] or "",
+        "slurm_partition": cluster.get("partition") or "",
+        "slurm_account": cluster.get("account") or "",
+        # A `qos` resource of "" would still reach sbatch as --qos=''.
+        "slurm_extra": f"--qos={cluster['qos']}" if cluster.get("qos") else "",
+    }
+    return resources

@@ -10,7 +10,7 @@ import numpy as np
 
 from trainscale import records
 from trainscale.data import cifar100_dataset, load_cifar100, prepare_images, synthetic_dataset
-from trainscale.frameworks import Framework, create_framework
+from trainscale.frameworks import Framework, create_framework, require_cuda_devices
 from trainscale.models import build_model
 from trainscale.settings import RunSettings
 from trainscale.timing import BlockTimes, Stopwatch
@@ -154,10 +154,17 @@ def process_description(framework: Framework) -> dict:
     }
 
 
-def train(settings: RunSettings, output: str | None = None, weights_file: str | None = None):
+def train(
+    settings: RunSettings,
+    output: str | None = None,
+    weights_file: str | None = None,
+    expect_cuda_devices: int = 0,
+):
     """Run one process of a benchmark; the chief writes the record. Returns it (or None)."""
     clock = Stopwatch()
     started_at = records.utc_now()
+    if expect_cuda_devices:
+        require_cuda_devices(expect_cuda_devices)
     if settings.xla and settings.device == "cpu":
         # XLA auto-clustering only touches CPU ops with this flag; it must be
         # in the environment before TensorFlow reads its flags.

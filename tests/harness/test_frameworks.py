@@ -7,10 +7,10 @@ from conftest import TINY, load_json, trainscale
 
 CASES = [
     # (framework, replicas, horovod launcher, processes)
-    ("tf-single", 1, "mpirun", 1),
-    ("tf-mirrored", 2, "mpirun", 1),
-    ("tf-multiworker", 2, "mpirun", 2),
-    ("horovod", 2, "mpirun", 2),
+    ("tf-single", 1, "mpi", 1),
+    ("tf-mirrored", 2, "mpi", 1),
+    ("tf-multiworker", 2, "mpi", 2),
+    ("horovod", 2, "mpi", 2),
     ("horovod", 2, "gloo", 2),
 ]
 

@@ -18,6 +18,7 @@ from trainscale.study import (
     check_schema,
     job_shape,
     record_path,
+    slurm_resources,
     train_arguments,
 )
 
@@ -82,6 +83,10 @@ def point_of(wildcards):
 
 def shape(wildcards):
     return job_shape(config, point_of(wildcards))
+
+
+def slurm(wildcards, attempt=1):
+    return slurm_resources(config, point_of(wildcards), attempt)
 
 
 def record_files():

@@ -16,23 +16,29 @@ rule train:
         TRAIN_CONTAINER
     threads: lambda wildcards: int(wildcards.gpus_per_node)
     resources:
-        nodes=lambda wildcards: shape(wildcards)["nodes"],
-        tasks=lambda wildcards: shape(wildcards)["tasks"],
-        tasks_per_node=lambda wildcards: shape(wildcards)["tasks_per_node"],
-        cpus_per_task=lambda wildcards: shape(wildcards)["cpus_per_task"],
-        gres=lambda wildcards: shape(wildcards)["gres"] or "",
-        mem_mb=lambda wildcards: shape(wildcards)["mem_mb"],
-        runtime=lambda wildcards, attempt: job_shape(
-            config, point_of(wildcards), attempt
-        )["runtime"],
+        # The job's SLURM shape (see trainscale.study.slurm_resources); the
+        # local executor reads none of these but benchmark_slots.
+        nodes=lambda wildcards: slurm(wildcards)["nodes"],
+        tasks=lambda wildcards: slurm(wildcards)["tasks"],
+        tasks_per_node=lambda wildcards: slurm(wildcards)["tasks_per_node"],
+        tasks_per_gpu=lambda wildcards: slurm(wildcards)["tasks_per_gpu"],
+        mpi=lambda wildcards: slurm(wildcards)["mpi"],
+        cpus_per_task=lambda wildcards: slurm(wildcards)["cpus_per_task"],
+        gres=lambda wildcards: slurm(wildcards)["gres"],
+        mem_mb=lambda wildcards: slurm(wildcards)["mem_mb"],
+        runtime=lambda wildcards, attempt: slurm(wildcards, attempt)["runtime"],
+        slurm_partition=lambda wildcards: slurm(wildcards)["slurm_partition"],
+        slurm_account=lambda wildcards: slurm(wildcards)["slurm_account"],
+        slurm_extra=lambda wildcards: slurm(wildcards)["slurm_extra"],
         # A benchmark must not share its machine with another benchmark: the
         # local profile offers one slot (--resources benchmark_slots=1).
         benchmark_slots=1,
     params:
         trainscale=TRAINSCALE,
         options=lambda wildcards: train_arguments(config, point_of(wildcards)),
+        gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
     shell:
-        "{params.trainscale} run {params.options} --output {output.record} > {log} 2>&1"
+        "{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --output {output.record} > {log} 2>&1"
 
 
 rule generate_cifar100:

@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# A real SLURM cluster on one Debian machine, for tests and for trying the
+# SLURM profile by hand. Needs root.
+#
+#   tests/slurm-lab/lab.sh up [NODES]     start it (default 2 compute nodes)
+#   tests/slurm-lab/lab.sh down           stop everything it started, remove its network
+#   tests/slurm-lab/lab.sh status
+#
+# What it builds:
+# - munged, MariaDB, slurmdbd (accounting: `sacct` works, as on real clusters),
+#   slurmctld on this machine;
+# - one compute node per network namespace (node1..nodeN), each with its own
+#   address on a private bridge (10.99.0.0/24, inside this machine only) and
+#   its own host name, running its own slurmd; so Horovod's and TensorFlow's
+#   traffic between ranks really crosses between "hosts";
+# - 2 fake GPUs per node (character devices; gres.conf with AutoDetect=off),
+#   so `--gres=gpu:N` works and sets CUDA_VISIBLE_DEVICES in the job.
+# The nodes share this machine's file system, like a cluster's shared home.
+set -euo pipefail
+
+LAB_DIR=${LAB_DIR:-/var/tmp/trainscale-slurm-lab}
+BRIDGE=tslab0
+SUBNET=10.99.0
+CONTROLLER_ADDRESS=$SUBNET.1
+CLUSTER=trainscale-lab
+CPUS_PER_NODE=${CPUS_PER_NODE:-2}
+MEMORY_PER_NODE_MB=${MEMORY_PER_NODE_MB:-6000}
+GPUS_PER_NODE=2
+HOSTS_TAG="# trainscale-slurm-lab"
+CONF=/etc/slurm/slurm.conf
+DB_PASSWORD=trainscale-lab
+
+log() { echo "slurm-lab: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local seconds=$1 what=$2
+  shift 2
+  for _ in $(seq $((seconds * 5))); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  die "$what did not come up within ${seconds}s"
+}
+
+node_count() { cat "$LAB_DIR/nodes" 2>/dev/null || echo 0; }
+
+write_configs() {
+  local nodes=$1 controller
+  controller=$(hostname -s)
+  if [ -f "$CONF" ] && ! grep -q "trainscale slurm lab" "$CONF"; then
+    die "$CONF exists and is not the lab's; refusing to overwrite a real cluster's config"
+  fi
+  mkdir -p /etc/slurm "$LAB_DIR/state" /var/spool/slurmd
+  cat >"$CONF" <<EOF
+# Written by the trainscale slurm lab (tests/slurm-lab/lab.sh); removed by 'down'.
+ClusterName=$CLUSTER
+SlurmctldHost=$controller($CONTROLLER_ADDRESS)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation=$LAB_DIR/state
+# Every path a slurmd writes is per node (%n): the nodes share one file system.
+SlurmdSpoolDir=/var/spool/slurmd/%n
+SlurmctldPidFile=$LAB_DIR/slurmctld.pid
+SlurmdPidFile=$LAB_DIR/slurmd-%n.pid
+SlurmctldLogFile=$LAB_DIR/slurmctld.log
+SlurmdLogFile=$LAB_DIR/slurmd-%n.log
+# Without a per-node TmpFS, srun --mpi=pmix fails: the nodes share /tmp.
+TmpFS=/var/spool/slurmd/%n/tmp
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+# Without a default, one job would take a node's whole memory.
+DefMemPerCPU=500
+MinJobAge=300
+ReturnToService=2
+SlurmdParameters=config_overrides
+MpiDefault=none
+GresTypes=gpu
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+KillWait=5
+InactiveLimit=0
+NodeName=node[1-$nodes] CPUs=$CPUS_PER_NODE RealMemory=$MEMORY_PER_NODE_MB Gres=gpu:$GPUS_PER_NODE State=UNKNOWN
+PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+  local last=$((GPUS_PER_NODE - 1))
+  cat >/etc/slurm/gres.conf <<EOF
+# Written by the trainscale slurm lab: fake GPUs (/dev/null-like devices).
+AutoDetect=off
+NodeName=node[1-$nodes] Name=gpu File=/dev/fakegpu[0-$last]
+EOF
+  for i in $(seq 0 "$last"); do
+    [ -e "/dev/fakegpu$i" ] || mknod "/dev/fakegpu$i" c 1 3
+  done
+  cat >/etc/slurm/slurmdbd.conf <<EOF
+# Written by the trainscale slurm lab.
+DbdHost=localhost
+SlurmUser=root
+AuthType=auth/munge
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=$DB_PASSWORD
+StorageLoc=slurm_acct_db
+LogFile=$LAB_DIR/slurmdbd.log
+PidFile=$LAB_DIR/slurmdbd.pid
+EOF
+  chmod 600 /etc/slurm/slurmdbd.conf
+}
+
+start_munge() {
+  if munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
+  [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null; }
+  chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+  mkdir -p /run/munge && chown munge:munge /run/munge
+  runuser -u munge -- /usr/sbin/munged
+  wait_for 10 munged sh -c 'munge -n </dev/null | unmunge'
+}
+
+start_mariadb() {
+  if ! mysqladmin ping >/dev/null 2>&1; then
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+    [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql >/dev/null
+    setsid mariadbd --user=mysql >"$LAB_DIR/mariadb.log" 2>&1 </dev/null &
+    echo $! >"$LAB_DIR/mariadb.pid"
+    wait_for 30 MariaDB mysqladmin ping
+  fi
+  mysql -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
+            GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+}
+
+start_network() {
+  local nodes=$1
+  ip link show "$BRIDGE" >/dev/null 2>&1 || {
+    ip link add "$BRIDGE" type bridge
+    ip addr add "$CONTROLLER_ADDRESS/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+  }
+  sed -i "/$HOSTS_TAG/d" /etc/hosts
+  echo "$CONTROLLER_ADDRESS $(hostname -s)-lab $HOSTS_TAG" >>/etc/hosts
+  for i in $(seq 1 "$nodes"); do
+    local ns=tslab-node$i address=$SUBNET.$((10 + i))
+    if ! ip netns list | grep -qw "$ns"; then
+      ip netns add "$ns"
+      ip link add "tslab$i" type veth peer name eth0 netns "$ns"
+      ip link set "tslab$i" master "$BRIDGE" up
+      ip -n "$ns" addr add "$address/24" dev eth0
+      ip -n "$ns" link set eth0 up
+      ip -n "$ns" link set lo up
+      ip -n "$ns" route add default via "$CONTROLLER_ADDRESS"
+    fi
+    echo "$address node$i $HOSTS_TAG" >>/etc/hosts
+  done
+}
+
+up() {
+  local nodes=${1:-2}
+  [ "$(id -u)" -eq 0 ] || die "needs root"
+  command -v slurmctld >/dev/null || die "SLURM is not installed: run tools/install-slurm.sh"
+  if [ "$(node_count)" != 0 ] && scontrol ping >/dev/null 2>&1; then
+    log "already up with $(node_count) nodes"; return
+  fi
+  mkdir -p "$LAB_DIR"
+  echo "$nodes" >"$LAB_DIR/nodes"
+  write_configs "$nodes"
+  start_munge
+  start_mariadb
+  start_network "$nodes"
+
+  slurmdbd
+  wait_for 30 slurmdbd sacctmgr -n list cluster
+  sacctmgr -i add cluster "$CLUSTER" >/dev/null 2>&1 || true
+  sacctmgr -i add account lab Description=trainscale-lab Organization=trainscale >/dev/null 2>&1 || true
+  sacctmgr -i add user root Account=lab >/dev/null 2>&1 || true
+
+  slurmctld
+  wait_for 30 slurmctld scontrol ping
+  for i in $(seq 1 "$nodes"); do
+    mkdir -p "/var/spool/slurmd/node$i/tmp"
+    # nsenter, not `ip netns exec`: the latter remounts /sys and hides
+    # /sys/fs/cgroup, and slurmd then refuses to start. A UTS namespace gives
+    # each node its own host name, which is what the records report.
+    nsenter --net="/run/netns/tslab-node$i" unshare --uts \
+      sh -c "hostname node$i && exec slurmd -N node$i"
+  done
+  wait_for 60 "the compute nodes" sh -c \
+    "[ \"\$(sinfo -h -o '%t' -N | grep -c -E '^idle')\" -ge $nodes ]"
+  log "up: $nodes nodes ($(sinfo -h -N -o '%N' | tr '\n' ' ')), partition lab, $GPUS_PER_NODE fake GPUs each"
+}
+
+stop_pidfile() { # stop_pidfile FILE NAME
+  local file=$1
+  [ -f "$file" ] || return 0
+  local pid
+  pid=$(cat "$file")
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$file"
+}
+
+down() {
+  [ "$(id -u)" -eq 0 ] || die "needs root"
+  local nodes
+  nodes=$(node_count)
+  scancel --user=root >/dev/null 2>&1 || true
+  for i in $(seq 1 "$nodes"); do stop_pidfile "$LAB_DIR/slurmd-node$i.pid"; done
+  stop_pidfile "$LAB_DIR/slurmctld.pid"
+  stop_pidfile "$LAB_DIR/slurmdbd.pid"
+  if [ -f "$LAB_DIR/mariadb.pid" ]; then
+    mysqladmin shutdown >/dev/null 2>&1 || stop_pidfile "$LAB_DIR/mariadb.pid"
+    rm -f "$LAB_DIR/mariadb.pid"
+  fi
+  # munged may serve other things on this machine; it is cheap to leave running.
+  for i in $(seq 1 "$nodes"); do
+    ip netns del "tslab-node$i" 2>/dev/null || true
+    ip link del "tslab$i" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  sed -i "/$HOSTS_TAG/d" /etc/hosts
+  if grep -q "trainscale slurm lab" "$CONF" 2>/dev/null; then
+    rm -f "$CONF" /etc/slurm/gres.conf /etc/slurm/slurmdbd.conf
+  fi
+  rm -rf "$LAB_DIR/state" "$LAB_DIR/nodes"
+  log "down"
+}
+
+status() {
+  scontrol ping && sinfo -N && squeue
+}
+
+case "${1:-}" in
+  up) up "${2:-2}" ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up [NODES] | down | status" >&2; exit 2 ;;
+esac
