@@ -8,20 +8,34 @@ DEMO_DIR ?= results/demo-harness
 
 LOCAL_STUDY ?= results/local-cpu
 
-.PHONY: help setup system train-env analysis-env demo demo-harness test test-fast lint format clean
+NODES ?= 2
+
+.PHONY: help setup system slurm-packages train-env analysis-env demo demo-harness test test-fast \
+	test-slurm slurm-lab-up slurm-lab-down lint format clean
 
 help:
 	@echo "make demo       the scaled-down study on this machine's CPU (the main job)"
 	@echo "make demo-harness  every framework once through \`trainscale run\`, no Snakemake"
 	@echo "make test       the test suite (installs everything first)"
 	@echo "make test-fast  the tests that train no model end to end"
-	@echo "make lint       ruff"
+	@echo "make test-slurm only the tests on the SLURM lab cluster (started and stopped by them)"
+	@echo "make slurm-lab-up NODES=n / make slurm-lab-down   a SLURM cluster on this machine (root)"
+	@echo "make lint       ruff, snakefmt, snakemake --lint"
 	@echo "make setup      install system packages and both environments"
 
 setup: train-env analysis-env
 
 system:
 	bash tools/install-system.sh
+
+slurm-packages:
+	bash tools/install-slurm.sh
+
+slurm-lab-up: slurm-packages
+	bash tests/slurm-lab/lab.sh up $(NODES)
+
+slurm-lab-down:
+	bash tests/slurm-lab/lab.sh down
 
 train-env: system
 	PYTHON=$(PYTHON) bash tools/install-train-env.sh $(TRAIN_VENV)
@@ -43,9 +57,13 @@ demo-harness: train-env
 
 # Two environments, two pytest runs: the harness under TensorFlow, the
 # workflow (real Snakemake, which itself trains through .venv-train) under .venv.
-test: train-env analysis-env
+# The SLURM tests start the lab cluster themselves (and stop it after).
+test: train-env analysis-env slurm-packages
 	$(TRAIN_VENV)/bin/python -m pytest tests/harness
 	$(VENV)/bin/python -m pytest tests/workflow
+
+test-slurm: train-env analysis-env slurm-packages
+	$(VENV)/bin/python -m pytest -m slurm tests/workflow
 
 test-fast: train-env analysis-env
 	$(TRAIN_VENV)/bin/python -m pytest -m "not slow" tests/harness

@@ -119,7 +119,8 @@ start_munge() {
   [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null; }
   chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
   mkdir -p /run/munge && chown munge:munge /run/munge
-  runuser -u munge -- /usr/sbin/munged
+  # --force: a socket left by a munged that was killed must not stop this one.
+  runuser -u munge -- /usr/sbin/munged --force
   wait_for 10 munged sh -c 'munge -n </dev/null | unmunge'
 }
 

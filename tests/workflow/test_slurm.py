@@ -1,0 +1,182 @@
+"""The study through profiles/slurm on a real SLURM cluster started by the test itself.
+
+tests/slurm-lab/lab.sh brings up slurmdbd, slurmctld and 2 compute nodes, each
+in its own network namespace with its own address, host name and slurmd, and
+2 fake GPUs. The jobs train on the CPU; Horovod's and TensorFlow's traffic
+between ranks crosses between the nodes' addresses.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, copy_repository, snakemake, train_jobs
+
+LAB = os.path.join(REPO, "tests", "slurm-lab", "lab.sh")
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+def _lab_is_up() -> bool:
+    return subprocess.run(["scontrol", "ping"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def lab():
+    if shutil.which("slurmctld") is None or os.geteuid() != 0:
+        pytest.skip("needs root and SLURM (tools/install-slurm.sh); CI has both")
+    started_here = not _lab_is_up()
+    if started_here:
+        subprocess.run([LAB, "up", "2"], check=True, timeout=300)
+    yield
+    if started_here:
+        subprocess.run([LAB, "down"], check=True, timeout=120)
+
+
+def study_config(**changes):
+    with open(os.path.join(REPO, "tests", "slurm-lab", "study.yaml")) as handle:
+        config = yaml.safe_load(handle)
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        if name:
+            config[section][name] = value
+        else:
+            config[section] = value
+    return config
+
+
+def write_config(repo, name, config):
+    path = os.path.join(repo, name)
+    with open(path, "w") as handle:
+        yaml.safe_dump(config, handle)
+    return name
+
+
+def records(repo, study):
+    runs = Path(repo, "results", study, "runs")
+    return {str(p.relative_to(runs)): json.loads(p.read_text()) for p in runs.rglob("*.json")}
+
+
+# Processes per grid point: one per replica on the CPU, but one for MirroredStrategy.
+EXPECTED = {
+    "horovod/small_cnn/b16/n1g1r1.json": (["node?"], 1),
+    "horovod/small_cnn/b16/n1g2r1.json": (["node?"] * 2, 2),
+    "horovod/small_cnn/b16/n2g1r1.json": (["node1", "node2"], 2),
+    "horovod/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
+    "tf-multiworker/small_cnn/b16/n2g1r1.json": (["node1", "node2"], 2),
+    "tf-multiworker/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
+    "tf-mirrored/small_cnn/b16/n1g2r1.json": (["node?"], 2),
+    "tf-single/small_cnn/b16/n1g1r1.json": (["node?"], 1),
+}
+
+
+def test_every_framework_and_shape_through_the_slurm_profile(lab, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))
+    config = write_config(repo, "lab.yaml", study_config())
+    args = ["--profile", "profiles/slurm", "--configfile", config]
+    dry = snakemake(repo, "-n", *args)
+    assert train_jobs(dry.stdout + dry.stderr) == 8
+
+    start = time.monotonic()
+    result = snakemake(repo, *args, timeout=600)
+    print(f"8 SLURM jobs in {time.monotonic() - start:.0f} s")
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    got = records(repo, "slurm-lab")
+    assert set(got) == set(EXPECTED)
+    job_ids = []
+    for name, (hosts, replicas) in EXPECTED.items():
+        record = got[name]
+        provenance = record["provenance"]
+        assert record["status"] == "ok" and record["replicas"] == replicas, name
+        if hosts[0] == "node?":  # one node: whichever SLURM picked, the same for all
+            assert len(set(provenance["hosts"])) == 1 and len(provenance["hosts"]) == len(hosts)
+            assert provenance["hosts"][0] in ("node1", "node2")
+        else:
+            assert provenance["hosts"] == hosts, name
+        # Every process saw the fake GPUs its job asked for.
+        for process in provenance["processes"]:
+            assert process["cuda_visible_devices"], name
+        job_ids.append(provenance["slurm"]["job_id"])
+        print(name, provenance["hosts"])
+
+    # SLURM's accounting knows every job, and they all completed.
+    sacct = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()
+    assert sorted(line.split("|")[1] for line in sacct) == ["COMPLETED"] * 8
+
+    folder = Path(repo, "results", "slurm-lab")
+    tidy = pd.read_csv(folder / "throughput.csv")
+    assert len(tidy) == 8 and set(tidy["status"]) == {"ok"}
+    for name in ("table1", "table2", "efficiency"):
+        assert (folder / "tables" / f"{name}.md").stat().st_size > 0
+    for name in ("weak_scaling_hosts", "weak_scaling_gpus", "efficiency", "frameworks"):
+        assert (folder / "figures" / f"{name}.png").stat().st_size > 1000
+
+
+def test_horovod_over_gloo_across_nodes(lab, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))
+    config = study_config(study="slurm-lab-gloo", benchmark__horovod_launcher="gloo")
+    config["benchmark"]["data_dir"] = "results/slurm-lab-gloo/data"
+    config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1, 2])
+    result = snakemake(repo, "--profile", "profiles/slurm", "--configfile",
+                       write_config(repo, "gloo.yaml", config), timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    got = records(repo, "slurm-lab-gloo")
+    assert got["horovod/small_cnn/b16/n2g1r1.json"]["provenance"]["hosts"] == ["node1", "node2"]
+    assert got["horovod/small_cnn/b16/n2g2r1.json"]["provenance"]["hosts"] == [
+        "node1", "node1", "node2", "node2"]
+    assert {r["settings"]["horovod_launcher"] for r in got.values()} == {"gloo"}
+
+
+def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))
+    config = study_config(study="slurm-lab-cancel")
+    config["benchmark"].update(data_dir="results/slurm-lab-cancel/data", iterations=30)
+    config["grid"].update(framework=["horovod", "tf-single"], nodes=[1, 2], gpus_per_node=[1])
+    name = write_config(repo, "cancel.yaml", config)
+    # No retries here: the point is to see the failure, not to recover from it.
+    args = ["--profile", "profiles/slurm", "--configfile", name, "--retries", "0"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    from conftest import SNAKEMAKE
+
+    run = subprocess.Popen(["timeout", "-s", "INT", "600", SNAKEMAKE, *args], cwd=repo,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    target = "wildcards_horovod_small_cnn_16_2_1_1"
+    victim = None
+    deadline = time.monotonic() + 240
+    while victim is None and time.monotonic() < deadline:
+        queue = subprocess.run(["squeue", "-h", "-o", "%i %T %k"], capture_output=True,
+                               text=True).stdout.splitlines()
+        for line in queue:
+            job, state, comment = (line.split(" ", 2) + ["", ""])[:3]
+            if target in comment and state == "RUNNING":
+                victim = job
+        time.sleep(1)
+    assert victim, "the 2-node Horovod job never ran"
+    time.sleep(5)  # let it get into training
+    subprocess.run(["scancel", victim], check=True)
+    output, _ = run.communicate(timeout=600)
+
+    assert run.returncode != 0
+    assert "Error in rule train" in output and "n2g1r1.json" in output
+    got = records(repo, "slurm-lab-cancel")
+    assert set(got) == {"horovod/small_cnn/b16/n1g1r1.json",
+                        "tf-single/small_cnn/b16/n1g1r1.json"}
+    state = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", victim],
+                           capture_output=True, text=True).stdout.strip()
+    assert state.startswith("CANCELLED")
+
+    dry = snakemake(repo, "-n", *args)
+    output = dry.stdout + dry.stderr
+    assert train_jobs(output) == 1 and "n2g1r1.json" in output
+    again = snakemake(repo, *args[:-2], timeout=600)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert len(records(repo, "slurm-lab-cancel")) == 3
