@@ -100,3 +100,32 @@ def test_gpu_run_without_gpus_fails_before_any_record(tmp_path):
     assert result.returncode != 0
     assert "needs 1 GPU(s) but this process sees 0" in result.stderr
     assert not output.exists()
+
+
+def test_a_process_that_sees_fewer_gpus_than_its_job_asked_for_fails(tmp_path):
+    # What catches a launcher that hides GPUs (e.g. a step wrapped in srun -n1).
+    output = tmp_path / "r.json"
+    result = trainscale(
+        "train",
+        "--framework",
+        "tf-single",
+        "--device",
+        "cpu",
+        "--model",
+        "small_cnn",
+        "--image-size",
+        "32",
+        "--dataset",
+        "synthetic",
+        "--expect-cuda-devices",
+        "2",
+        "--output",
+        str(output),
+        env={"CUDA_VISIBLE_DEVICES": "0"},
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "given 2 GPU(s) per the job request but sees 1 (CUDA_VISIBLE_DEVICES=0)" in (
+        result.stderr
+    )
+    assert not output.exists()

@@ -85,3 +85,50 @@ def test_validation_names_the_option(changes, message):
         validate(s)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_horovod_gloo_variables_from_slurm_task_variables():
+    from trainscale.frameworks import horovod_env_from_slurm
+
+    task = {
+        "SLURM_PROCID": "3",
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURMD_NODENAME": "node2",
+    }
+    assert horovod_env_from_slurm(task) == {
+        "HOROVOD_RANK": "3",
+        "HOROVOD_SIZE": "4",
+        "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "1",
+        "HOROVOD_CROSS_SIZE": "2",
+        "HOROVOD_HOSTNAME": "node2",
+    }
+    uneven = {**task, "SLURM_STEP_TASKS_PER_NODE": "3,1", "SLURM_NODEID": "1"}
+    assert horovod_env_from_slurm(uneven)["HOROVOD_LOCAL_SIZE"] == "1"
+
+
+def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
+    from trainscale.launch import process_plan
+
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    s = RunSettings(framework="horovod", nodes=2, gpus_per_node=2, dataset="synthetic")
+    [(argv, env)] = process_plan(s, "r.json", requested_gpus_per_node=2)
+    assert argv[:7] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=4",
+        "--ntasks-per-node=2",
+        "--kill-on-bad-exit=1",
+        "--export=ALL",
+        "--gres=gpu:2",
+    ]
+    assert "--mpi=pmix" in argv and argv[argv.index("--expect-cuda-devices") + 1] == "1"
+    mirrored = RunSettings(framework="tf-mirrored", gpus_per_node=4, dataset="synthetic")
+    [(argv, _)] = process_plan(mirrored, "r.json", requested_gpus_per_node=4)
+    assert argv[0] != "srun"  # one process: the job's batch step itself
+    assert argv[argv.index("--expect-cuda-devices") + 1] == "4"

@@ -105,3 +105,28 @@ def test_job_shapes(framework, device, expected):
     assert {k: shape[k] for k in expected} == expected
     assert shape["runtime"] == 20
     assert job_shape(config, GridPoint(framework, "vgg16", 64, 2, 3), attempt=2)["runtime"] == 40
+
+
+@pytest.mark.parametrize(
+    ("framework", "nodes", "gpn", "expected"),
+    [
+        # several ranks per node: tasks_per_node, and the plugin's mpi path
+        ("horovod", 2, 2, {"nodes": 2, "tasks": 0, "tasks_per_node": 2, "mpi": "srun"}),
+        # one rank per node: tasks (the plugin refuses tasks_per_node=1 with mpi)
+        ("horovod", 3, 1, {"nodes": 3, "tasks": 3, "tasks_per_node": 0, "mpi": "srun"}),
+        ("tf-multiworker", 2, 4, {"nodes": 2, "tasks": 2, "tasks_per_node": 0, "mpi": "srun"}),
+        # one process: no mpi (the plugin refuses one-task mpi jobs)
+        ("tf-mirrored", 1, 4, {"nodes": 1, "tasks": 1, "tasks_per_node": 0, "mpi": ""}),
+    ],
+)
+def test_slurm_resources_in_the_plugins_terms(framework, nodes, gpn, expected):
+    from trainscale.study import slurm_resources
+
+    config = {
+        "benchmark": {"dataset": "synthetic", "image_size": 32, "device": "gpu"},
+        "cluster": {"partition": "gpu", "gpu_model": "v100", "qos": "long"},
+    }
+    got = slurm_resources(config, GridPoint(framework, "vgg16", 64, nodes, gpn))
+    assert {k: got[k] for k in expected} == expected
+    assert got["tasks_per_gpu"] == 0 and got["gres"] == f"gpu:v100:{gpn}"
+    assert got["slurm_partition"] == "gpu" and got["slurm_extra"] == "--qos=long"

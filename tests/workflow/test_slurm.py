@@ -108,7 +108,9 @@ def test_every_framework_and_shape_through_the_slurm_profile(lab, tmp_path):
     # SLURM's accounting knows every job, and they all completed.
     sacct = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert sorted(line.split("|")[1] for line in sacct) == ["COMPLETED"] * 8
 
@@ -126,13 +128,23 @@ def test_horovod_over_gloo_across_nodes(lab, tmp_path):
     config = study_config(study="slurm-lab-gloo", benchmark__horovod_launcher="gloo")
     config["benchmark"]["data_dir"] = "results/slurm-lab-gloo/data"
     config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1, 2])
-    result = snakemake(repo, "--profile", "profiles/slurm", "--configfile",
-                       write_config(repo, "gloo.yaml", config), timeout=600)
+    result = snakemake(
+        repo,
+        "--profile",
+        "profiles/slurm",
+        "--configfile",
+        write_config(repo, "gloo.yaml", config),
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     got = records(repo, "slurm-lab-gloo")
     assert got["horovod/small_cnn/b16/n2g1r1.json"]["provenance"]["hosts"] == ["node1", "node2"]
     assert got["horovod/small_cnn/b16/n2g2r1.json"]["provenance"]["hosts"] == [
-        "node1", "node1", "node2", "node2"]
+        "node1",
+        "node1",
+        "node2",
+        "node2",
+    ]
     assert {r["settings"]["horovod_launcher"] for r in got.values()} == {"gloo"}
 
 
@@ -147,14 +159,21 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_p
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     from conftest import SNAKEMAKE
 
-    run = subprocess.Popen(["timeout", "-s", "INT", "600", SNAKEMAKE, *args], cwd=repo,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    run = subprocess.Popen(
+        ["timeout", "-s", "INT", "600", SNAKEMAKE, *args],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     target = "wildcards_horovod_small_cnn_16_2_1_1"
     victim = None
     deadline = time.monotonic() + 240
     while victim is None and time.monotonic() < deadline:
-        queue = subprocess.run(["squeue", "-h", "-o", "%i %T %k"], capture_output=True,
-                               text=True).stdout.splitlines()
+        queue = subprocess.run(
+            ["squeue", "-h", "-o", "%i %T %k"], capture_output=True, text=True
+        ).stdout.splitlines()
         for line in queue:
             job, state, comment = (line.split(" ", 2) + ["", ""])[:3]
             if target in comment and state == "RUNNING":
@@ -168,10 +187,10 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_p
     assert run.returncode != 0
     assert "Error in rule train" in output and "n2g1r1.json" in output
     got = records(repo, "slurm-lab-cancel")
-    assert set(got) == {"horovod/small_cnn/b16/n1g1r1.json",
-                        "tf-single/small_cnn/b16/n1g1r1.json"}
-    state = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", victim],
-                           capture_output=True, text=True).stdout.strip()
+    assert set(got) == {"horovod/small_cnn/b16/n1g1r1.json", "tf-single/small_cnn/b16/n1g1r1.json"}
+    state = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "State", "-j", victim], capture_output=True, text=True
+    ).stdout.strip()
     assert state.startswith("CANCELLED")
 
     dry = snakemake(repo, "-n", *args)
