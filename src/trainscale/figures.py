@@ -68,26 +68,48 @@ def _integer_ticks(ax, values):
         ax.set_xticks(ticks)
 
 
-def weak_scaling_hosts(combined: pd.DataFrame, framework: str, paths: list[str], note=None):
-    """Paper Fig. 1: throughput vs number of hosts, one line per GPUs per host."""
+def _plural(count, word: str) -> str:
+    return f"{count} {word}{'s' if count > 1 else ''}"
+
+
+def _weak_scaling(combined, framework, paths, note, x, lines, xlabel, line_label, over):
     fig, ax = _setup()
     part = combined[combined["framework"] == framework]
-    _lines(ax, part, "nodes", "gpus_per_node", lambda g: f"{g} GPU{'s' if g > 1 else ''}/host")
-    _integer_ticks(ax, part["nodes"])
-    ax.set(xlabel="Hosts (nodes)", ylabel=THROUGHPUT)
+    _lines(ax, part, x, lines, line_label)
+    _integer_ticks(ax, part[x])
+    ax.set(xlabel=xlabel, ylabel=THROUGHPUT)
     label = FRAMEWORK_LABELS.get(framework, framework)
-    _finish(fig, ax, paths, f"Weak scaling of {label} with the number of hosts", note)
+    _finish(fig, ax, paths, f"Weak scaling of {label} with {over}", note)
+
+
+def weak_scaling_hosts(combined: pd.DataFrame, framework: str, paths: list[str], note=None):
+    """Paper Fig. 1: throughput vs number of hosts, one line per GPUs per host."""
+    _weak_scaling(
+        combined,
+        framework,
+        paths,
+        note,
+        "nodes",
+        "gpus_per_node",
+        "Hosts (nodes)",
+        lambda g: _plural(g, "GPU") + "/host",
+        "the number of hosts",
+    )
 
 
 def weak_scaling_gpus(combined: pd.DataFrame, framework: str, paths: list[str], note=None):
     """Paper Fig. 2: throughput vs GPUs per host, one line per host count."""
-    fig, ax = _setup()
-    part = combined[combined["framework"] == framework]
-    _lines(ax, part, "gpus_per_node", "nodes", lambda n: f"{n} host{'s' if n > 1 else ''}")
-    _integer_ticks(ax, part["gpus_per_node"])
-    ax.set(xlabel="GPUs per host", ylabel=THROUGHPUT)
-    label = FRAMEWORK_LABELS.get(framework, framework)
-    _finish(fig, ax, paths, f"Weak scaling of {label} with GPUs per host", note)
+    _weak_scaling(
+        combined,
+        framework,
+        paths,
+        note,
+        "gpus_per_node",
+        "nodes",
+        "GPUs per host",
+        lambda n: _plural(n, "host"),
+        "GPUs per host",
+    )
 
 
 def efficiency(combined: pd.DataFrame, paths: list[str], note=None):
