@@ -127,18 +127,46 @@ def _pooled(group: pd.DataFrame) -> pd.Series:
 
 
 def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
-    """One row per grid point and device: repeats combined (status ok only)."""
-    ok = tidy[tidy["status"] == "ok"]
+    """One row per grid point and device, repeats combined.
+
+    Only runs that ended `ok` are averaged. A point with no ok run keeps a row
+    with no numbers and its status (`oom`, `timeout`, `failed`), so the tables
+    can say why its cell is empty.
+    """
     keys = POINT + ["device", "gpus"]
-    if ok.empty:
-        return pd.DataFrame(
-            columns=keys
-            + ["images_per_sec_mean", "images_per_sec_std", "repeats", "speedup", "efficiency"]
-        )
-    combined = ok.groupby(keys, sort=True).apply(_pooled, include_groups=False).reset_index()
-    combined["repeats"] = combined["repeats"].astype(int)
-    combined["status"] = "ok"
-    return add_scaling(combined)
+    columns = keys + ["images_per_sec_mean", "images_per_sec_std", "repeats", "status"]
+    ok = tidy[tidy["status"] == "ok"]
+    parts = []
+    if not ok.empty:
+        pooled = ok.groupby(keys, sort=True).apply(_pooled, include_groups=False).reset_index()
+        pooled["repeats"] = pooled["repeats"].astype(int)
+        pooled["status"] = "ok"
+        parts.append(pooled)
+    done = set(map(tuple, ok[keys].to_numpy().tolist()))
+    for point, group in tidy[tidy["status"] != "ok"].groupby(keys, sort=True):
+        if tuple(point) not in done:
+            status = "/".join(sorted(set(group["status"])))
+            parts.append(
+                pd.DataFrame(
+                    [
+                        {
+                            **dict(zip(keys, point, strict=True)),
+                            "images_per_sec_mean": math.nan,
+                            "images_per_sec_std": math.nan,
+                            "repeats": 0,
+                            "status": status,
+                        }
+                    ]
+                )
+            )
+    if not parts:
+        return pd.DataFrame(columns=columns + ["speedup", "efficiency"])
+    combined = pd.concat(parts, ignore_index=True).sort_values(keys, kind="stable")
+    return add_scaling(combined.reset_index(drop=True))
+
+
+def ok_only(combined: pd.DataFrame) -> pd.DataFrame:
+    return combined[combined["status"] == "ok"]
 
 
 # --------------------------------------------------------------------------
@@ -190,6 +218,7 @@ def table1(combined: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.
             mine = one_node[one_node["framework"] == framework].set_index("gpus_per_node")
             table[f"{framework}_mean"] = table["gpus"].map(mine["images_per_sec_mean"])
             table[f"{framework}_std"] = table["gpus"].map(mine["images_per_sec_std"])
+            table[f"{framework}_status"] = table["gpus"].map(mine["status"])
             if ref is not None and framework in set(ref["framework"]):
                 theirs = ref[ref["framework"] == framework].set_index("gpus_per_node")
                 reference_mean = table["gpus"].map(theirs["images_per_sec_mean"])
@@ -210,6 +239,7 @@ def table2(combined: pd.DataFrame, framework: str = "horovod") -> pd.DataFrame:
             column = part[part["nodes"] == nodes].set_index("gpus_per_node")
             table[f"n{nodes}_mean"] = table["gpus_per_node"].map(column["images_per_sec_mean"])
             table[f"n{nodes}_std"] = table["gpus_per_node"].map(column["images_per_sec_std"])
+            table[f"n{nodes}_status"] = table["gpus_per_node"].map(column["status"])
         return table
 
     return _per_variant(combined[combined["framework"] == framework], build)
@@ -226,6 +256,7 @@ def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
         "images_per_sec_mean",
         "speedup",
         "efficiency",
+        "status",
     ]
     frame = combined[columns].copy()
     frame["order"] = frame["framework"].map(FRAMEWORK_ORDER.index)
@@ -238,6 +269,7 @@ def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataF
     node): measured, reference, and measured / reference, with the settings of both."""
     keys = ["framework", "model", "nodes", "gpus_per_node"]
     settings = ["batch_size", "image_size", "device"]
+    combined, reference = ok_only(combined), ok_only(reference)
     theirs = reference[keys + settings + ["images_per_sec_mean", "images_per_sec_std"]]
     theirs = theirs.rename(columns={c: f"reference_{c}" for c in theirs.columns if c not in keys})
     merged = combined.merge(theirs, on=keys)
@@ -260,9 +292,10 @@ def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataF
 # --------------------------------------------------------------------------
 
 
-def _cell(mean, std) -> str:
+def _cell(mean, std, status=None) -> str:
     if mean is None or pd.isna(mean):
-        return ""
+        # No number: say why (OOM, TIMEOUT, FAILED), or nothing outside the grid.
+        return status.upper() if isinstance(status, str) and status != "ok" else ""
     return f"{mean:.3f} ± {std:.3f}" if not pd.isna(std) else f"{mean:.3f}"
 
 
@@ -271,12 +304,16 @@ def display_frame(table: pd.DataFrame, labels: dict[str, str] | None = None) -> 
     labels = labels or {}
     shown = {}
     for column in table.columns:
-        if column.endswith("_std") and column[:-4] + "_mean" in table.columns:
+        if column.endswith(("_std", "_status")) and (
+            column.rsplit("_", 1)[0] + "_mean" in table.columns
+        ):
             continue
         if column.endswith("_mean") and column[:-5] + "_std" in table.columns:
             stem = column[:-5]
+            statuses = table.get(stem + "_status", pd.Series([None] * len(table)))
             shown[labels.get(stem, stem)] = [
-                _cell(m, s) for m, s in zip(table[column], table[stem + "_std"], strict=True)
+                _cell(m, s, st)
+                for m, s, st in zip(table[column], table[stem + "_std"], statuses, strict=True)
             ]
         elif pd.api.types.is_float_dtype(table[column]):
             shown[labels.get(column, column)] = [

@@ -82,6 +82,13 @@ def _options() -> argparse.ArgumentParser:
         help="also save initial and final trainable weights (used by the equivalence test)",
     )
     out.add_argument(
+        "--timeout",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="(run) stop every process after this long and record status timeout (0: none)",
+    )
+    out.add_argument(
         "--expect-cuda-devices",
         type=int,
         default=0,
@@ -121,14 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         args, settings = parse(argv)
         prog = f"trainscale {args.command}"
         validate(settings)
-        for option in ("expect_cuda_devices", "requested_gpus_per_node"):
+        for option in ("expect_cuda_devices", "requested_gpus_per_node", "timeout"):
             if getattr(args, option) < 0:
                 raise SettingsError(f"--{option.replace('_', '-')} must be zero or positive")
         if args.command == "train":
-            from trainscale.training import train
-
-            train(settings, args.output, args.save_weights, args.expect_cuda_devices)
-            return 0
+            return _train(settings, args)
         return _run(settings, args)
     except SettingsError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
@@ -144,6 +148,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+# Exit code of a process that ran out of memory; `run` turns it into a record.
+EXIT_OOM = 3
+
+
+def _train(settings: RunSettings, args) -> int:
+    import tensorflow as tf
+
+    from trainscale.training import train
+
+    try:
+        train(settings, args.output, args.save_weights, args.expect_cuda_devices)
+    except (tf.errors.ResourceExhaustedError, MemoryError) as err:
+        # Running out of memory is a result of this grid point, not a crash.
+        # The launcher reads this line (from any rank) and writes the record.
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"trainscale train: out of memory: {first_line}", file=sys.stderr)
+        return EXIT_OOM
+    return 0
+
+
 def _run(settings: RunSettings, args) -> int:
     from trainscale.launch import launch
     from trainscale.records import read_record
@@ -152,7 +176,24 @@ def _run(settings: RunSettings, args) -> int:
         f"trainscale-{settings.framework}-{settings.model}-n{settings.nodes}"
         f"g{settings.gpus_per_node}-b{settings.batch_size}.json"
     )
-    code = launch(settings, output, args.save_weights, args.requested_gpus_per_node)
+    from trainscale.records import atomic_write_json, outcome_record
+
+    result = launch(settings, output, args.save_weights, args.requested_gpus_per_node, args.timeout)
+    code = result.code
+    outcome = None
+    if result.timed_out:
+        outcome = ("timeout", f"stopped by --timeout {args.timeout:g} s")
+    elif code != 0 and result.out_of_memory:
+        outcome = ("oom", result.out_of_memory)
+    if outcome:
+        status, error = outcome
+        atomic_write_json(output, outcome_record(settings, status, error, result.seconds))
+        print(
+            f"{settings.framework:<15} {settings.model} n{settings.nodes}g"
+            f"{settings.gpus_per_node} b{settings.batch_size}: {status.upper()} after "
+            f"{result.seconds:.1f} s ({error}) -> {output}"
+        )
+        return 0
     if code != 0:
         print(f"trainscale run: error: {settings.framework} exited with {code}", file=sys.stderr)
         return code if code > 0 else 128 - code

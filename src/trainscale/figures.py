@@ -175,10 +175,16 @@ def write_figures(
 ) -> None:
     import os
 
-    from trainscale.analysis import combine_repeats, load_tidy, reference_combined, reference_table
+    from trainscale.analysis import (
+        combine_repeats,
+        load_tidy,
+        ok_only,
+        reference_combined,
+        reference_table,
+    )
 
     tidy = load_tidy(tidy_csv)
-    combined = combine_repeats(tidy)
+    combined = ok_only(combine_repeats(tidy))
     left_out = tidy[tidy["status"] != "ok"]
     note = None
     if len(left_out):

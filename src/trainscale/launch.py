@@ -16,7 +16,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 
 from trainscale.settings import RunSettings, SettingsError
 
@@ -210,27 +212,82 @@ def _stop(processes: list[subprocess.Popen], grace: float = 10.0) -> None:
             proc.wait()
 
 
+# How running out of memory shows in a process's output. TensorFlow on CPU
+# often crashes instead of raising (oneDNN kernels segfault after
+# "RESOURCE_EXHAUSTED"; Eigen ones abort with std::bad_alloc), so the launcher
+# reads the output rather than trusting the exit code.
+OOM_SIGNS = (
+    "trainscale train: out of memory:",
+    "RESOURCE_EXHAUSTED",
+    "OOM when allocating",
+    "std::bad_alloc",
+    "MemoryError",
+    "CUDA_ERROR_OUT_OF_MEMORY",
+)
+
+
+@dataclass
+class LaunchResult:
+    code: int  # 0, a process's exit code, or -signal
+    seconds: float
+    timed_out: bool = False
+    out_of_memory: str = ""  # the first output line that said so
+
+
+def _relay(stream, sink, found: list[str]) -> None:
+    """Copy a process's stderr to ours (the job log) and note the first OOM line."""
+    for line in stream:
+        sink.write(line)
+        sink.flush()
+        if not found and any(sign in line for sign in OOM_SIGNS):
+            found.append(line.strip()[:500])
+
+
 def launch(
     settings: RunSettings,
     output: str,
     weights_file: str | None = None,
     requested_gpus_per_node: int = 0,
-) -> int:
-    """Run every process of the grid point; return 0 when all succeeded."""
+    timeout: float = 0,
+) -> LaunchResult:
+    """Run every process of the grid point and wait for all of them.
+
+    One process that fails ends the others (they would wait in a collective
+    forever); the watchdog ends them all after `timeout` seconds.
+    """
     plan = process_plan(settings, output, weights_file, requested_gpus_per_node)
-    processes = []
+    processes, relays, oom_lines = [], [], []
+    start = time.monotonic()
+
+    def finish(code, timed_out=False):
+        _stop(processes)
+        for relay in relays:
+            relay.join(timeout=5)
+        seconds = time.monotonic() - start
+        return LaunchResult(code, seconds, timed_out, oom_lines[0] if oom_lines else "")
+
     try:
         for argv, extra_env in plan:
-            processes.append(subprocess.Popen(argv, env={**os.environ, **extra_env}))
+            proc = subprocess.Popen(
+                argv,
+                env={**os.environ, **extra_env},
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+            )
+            processes.append(proc)
+            relay = threading.Thread(target=_relay, args=(proc.stderr, sys.stderr, oom_lines))
+            relay.start()
+            relays.append(relay)
         while True:
             codes = [proc.poll() for proc in processes]
             failed = [code for code in codes if code not in (None, 0)]
             if failed:
-                # One dead process leaves the others waiting in a collective.
-                _stop(processes)
-                return failed[0]
+                return finish(failed[0])
             if all(code == 0 for code in codes):
-                return 0
+                return finish(0)
+            if timeout and time.monotonic() - start > timeout:
+                return finish(-1, timed_out=True)
             time.sleep(0.2)
     except BaseException:
         _stop(processes)

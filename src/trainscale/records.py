@@ -99,3 +99,41 @@ def host_provenance() -> dict:
         "git_commit": git_commit(),
         "slurm": slurm_job(),
     }
+
+
+def outcome_record(settings, status: str, error: str, elapsed_seconds: float) -> dict:
+    """A record for a grid point that produced no throughput: `oom`, `timeout` or `failed`.
+
+    It carries no numbers, so nothing can mistake it for a measurement; tables
+    show its status in the cell instead.
+    """
+    import socket
+
+    if status not in STATUSES or status == "ok":
+        raise ValueError(f"not an outcome status: {status!r}")
+    return {
+        "schema": SCHEMA_VERSION,
+        "status": status,
+        "framework": settings.framework,
+        "nodes": settings.nodes,
+        "gpus_per_node": settings.gpus_per_node,
+        "replicas": settings.replicas,
+        "model": settings.model,
+        "dataset": settings.dataset,
+        "image_size": settings.image_size,
+        "batch_size": settings.batch_size,
+        "global_batch_size": settings.global_batch_size,
+        "device": settings.device,
+        "settings": settings.to_dict(),
+        "settings_hash": settings.settings_hash(),
+        "images_per_sec": None,
+        "per_replica_images_per_sec": None,
+        "error": error,
+        "elapsed_seconds": elapsed_seconds,
+        "source": "measured",
+        "provenance": {
+            **host_provenance(),
+            "launcher_host": socket.gethostname(),
+            "finished_at": utc_now(),
+        },
+    }

@@ -103,11 +103,29 @@ def test_table_layouts_and_rendering():
         "gpus_per_node",
         "n1_mean",
         "n1_std",
+        "n1_status",
         "n2_mean",
         "n2_std",
+        "n2_status",
     ]
     assert math.isnan(t2["n2_mean"][1])  # 2 nodes x 2 GPUs was not in the grid
     shown = display_frame(t2, {"n1": "1 node"})
     assert list(shown["1 node"]) == ["100.000 ± 1.000", "190.000 ± 2.000"]
     assert "| vgg16 | 64 | 2 | 190.000 ± 2.000 |  |" in to_markdown(shown, "T")
     assert r"190.000 $\pm$ 2.000 &  \\" in to_latex(shown, "T")
+
+
+def test_a_point_that_ran_out_of_memory_says_so_in_its_cell():
+    tidy = pd.DataFrame(
+        [
+            row("horovod", 1, 1, 100.0, 1.0),
+            row("horovod", 1, 2, math.nan, math.nan, status="oom"),
+            row("horovod", 2, 1, math.nan, math.nan, status="timeout"),
+            row("horovod", 2, 1, math.nan, math.nan, repeat=2, status="oom"),
+        ]
+    )
+    combined = combine_repeats(tidy)
+    assert len(combined) == 3
+    shown = display_frame(table2(combined, "horovod"))
+    assert list(shown["n1"]) == ["100.000 ± 1.000", "OOM"]
+    assert list(shown["n2"]) == ["OOM/TIMEOUT", ""]  # 2 nodes x 2 GPUs: not in the grid

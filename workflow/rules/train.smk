@@ -37,8 +37,9 @@ rule train:
         trainscale=TRAINSCALE,
         options=lambda wildcards: train_arguments(config, point_of(wildcards)),
         gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
+        timeout=config["benchmark"]["timeout_seconds"],
     shell:
-        "{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --output {output.record} > {log} 2>&1"
+        "{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --timeout {params.timeout} --output {output.record} > {log} 2>&1"
 
 
 rule generate_cifar100:
