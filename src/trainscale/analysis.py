@@ -97,9 +97,69 @@ def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns="baseline")
 
 
-def collect(study: str, paths: list[str]) -> pd.DataFrame:
-    """One tidy row per run record, with speed-up and efficiency."""
+class CollectError(ValueError):
+    """A record cannot be used; the message names the file."""
+
+
+GRID_KEYS = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
+
+
+def check_record(path: str, expected: dict | None = None) -> dict:
+    """Read a record and refuse it, naming the file, if it cannot be trusted.
+
+    Refused: a truncated or non-JSON file, an unknown schema, a record whose
+    grid point differs from the one its path names, and (given `expected`, the
+    settings the study's config asks for at that point) one measured with
+    other settings. Never skipped, never guessed.
+    """
+    import json
+
+    try:
+        record = read_record(path)
+    except json.JSONDecodeError as err:
+        raise CollectError(
+            f"{path}: truncated or not JSON ({err.msg}); delete it to rerun"
+        ) from None
+    except ValueError as err:
+        raise CollectError(str(err)) from None
+    match = re.search(r"([^/]+)/([^/]+)/b(\d+)/n(\d+)g(\d+)r\d+\.json$", path)
+    if match:
+        named = dict(
+            zip(GRID_KEYS, (match[1], match[2], *map(int, match.groups()[2:])), strict=True)
+        )
+        found = {key: record.get(key) for key in GRID_KEYS}
+        if found != named:
+            wrong = {k: found[k] for k in GRID_KEYS if found[k] != named[k]}
+            raise CollectError(
+                f"{path}: the record is of another grid point than its path ({wrong})"
+            )
+    if expected is not None and record.get("source", "measured") == "measured":
+        measured = record.get("settings") or {}
+        differ = sorted(k for k, v in expected.items() if k != "data_dir" and measured.get(k) != v)
+        if differ:
+            shown = ", ".join(f"{k}={measured.get(k)!r} (config: {expected[k]!r})" for k in differ)
+            raise CollectError(
+                f"{path}: measured with other settings than the study's config: {shown}; "
+                "delete the record to measure it again, or restore the config"
+            )
+    return record
+
+
+def collect(study: str, paths: list[str], expected: dict | None = None) -> pd.DataFrame:
+    """One tidy row per run record, with speed-up and efficiency.
+
+    `expected` maps record paths to the settings the config asks for there.
+    Records of different devices are never averaged together (the device is
+    part of every grouping key); a study that mixes devices is refused.
+    """
+    expected = expected or {}
+    for path in sorted(paths):
+        check_record(path, expected.get(path))
     rows = [record_row(study, p) for p in sorted(paths)]
+    devices = sorted({row["device"] for row in rows})
+    if len(devices) > 1:
+        by_device = {d: [r["record"] for r in rows if r["device"] == d][:3] for d in devices}
+        raise CollectError(f"study {study} mixes devices {devices}: e.g. {by_device}")
     frame = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("speedup", "efficiency")])
     frame = add_scaling(frame)
     return frame[COLUMNS].sort_values(POINT + ["repeat"], kind="stable").reset_index(drop=True)
@@ -379,10 +439,12 @@ def reference_combined(root: str, reference: str | None) -> pd.DataFrame | None:
 # --------------------------------------------------------------------------
 
 
-def write_throughput(study: str, records: list[str], output: str) -> pd.DataFrame:
+def write_throughput(
+    study: str, records: list[str], output: str, expected: dict | None = None
+) -> pd.DataFrame:
     from trainscale.records import atomic_write_text
 
-    tidy = collect(study, records)
+    tidy = collect(study, records, expected)
     atomic_write_text(output, tidy.to_csv(index=False))
     print(f"collect: {len(tidy)} records of study {study} -> {output}")
     return tidy

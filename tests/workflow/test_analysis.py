@@ -1,13 +1,19 @@
 """Combining repeats, speed-up, and the table layouts, on hand-made rows."""
 
+import json
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO
 
 from trainscale.analysis import (
+    CollectError,
     add_scaling,
+    collect,
     combine_repeats,
     display_frame,
     table1,
@@ -129,3 +135,58 @@ def test_a_point_that_ran_out_of_memory_says_so_in_its_cell():
     shown = display_frame(table2(combined, "horovod"))
     assert list(shown["n1"]) == ["100.000 ± 1.000", "OOM"]
     assert list(shown["n2"]) == ["OOM/TIMEOUT", ""]  # 2 nodes x 2 GPUs: not in the grid
+
+
+# --- collect refuses what it cannot trust, naming the file -------------------
+
+PUBLISHED = os.path.join(REPO, "results/published/runs/horovod/vgg16/b64/n1g2r1.json")
+
+
+def stored(tmp_path, stem, **changes):
+    record = json.loads(Path(PUBLISHED).read_text())
+    record.update(changes)
+    path = tmp_path / "runs" / f"{stem}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return str(path)
+
+
+def test_collect_reads_a_good_record(tmp_path):
+    path = stored(tmp_path, "horovod/vgg16/b64/n1g2r1")
+    assert collect("s", [path])["images_per_sec_mean"].item() == 451.698
+
+
+@pytest.mark.parametrize(
+    ("stem", "changes", "message"),
+    [
+        ("horovod/vgg16/b64/n1g2r1", {"schema": 7}, "unknown record schema 7"),
+        ("horovod/vgg16/b64/n2g2r1", {}, "another grid point than its path ({'nodes': 1})"),
+        ("tf-mirrored/vgg16/b64/n1g2r1", {}, "'framework': 'horovod'"),
+    ],
+)
+def test_collect_refuses_a_record_naming_the_file(tmp_path, stem, changes, message):
+    path = stored(tmp_path, stem, **changes)
+    with pytest.raises(CollectError) as info:
+        collect("s", [path])
+    assert path in str(info.value) and message in str(info.value)
+
+
+def test_collect_refuses_a_truncated_record(tmp_path):
+    path = stored(tmp_path, "horovod/vgg16/b64/n1g2r1")
+    Path(path).write_text(Path(path).read_text()[:200])
+    with pytest.raises(CollectError, match="truncated or not JSON"):
+        collect("s", [path])
+
+
+def test_collect_refuses_a_record_measured_with_other_settings(tmp_path):
+    path = stored(tmp_path, "horovod/vgg16/b64/n1g2r1", source="measured")
+    expected = {**json.loads(Path(path).read_text())["settings"], "iterations": 50}
+    with pytest.raises(CollectError, match=r"iterations=10 \(config: 50\)"):
+        collect("s", [path], {path: expected})
+
+
+def test_collect_refuses_a_study_that_mixes_cpu_and_gpu(tmp_path):
+    gpu = stored(tmp_path, "horovod/vgg16/b64/n1g2r1")
+    cpu = stored(tmp_path, "horovod/vgg16/b64/n1g1r1", device="cpu", gpus_per_node=1)
+    with pytest.raises(CollectError, match=r"mixes devices \['cpu', 'gpu'\]"):
+        collect("s", [gpu, cpu])

@@ -17,5 +17,10 @@ rule collect:
         "../../envs/analysis.yaml"
     params:
         study=STUDY,
+        # What each record must have been measured with (collect refuses others).
+        expected=lambda wildcards: {
+            record_path(STUDY, point): run_settings(config, point).to_dict()
+            for point in POINTS
+        },
     script:
         "../scripts/collect.py"

@@ -18,6 +18,7 @@ from trainscale.study import (
     check_schema,
     job_shape,
     record_path,
+    run_settings,
     slurm_resources,
     train_arguments,
 )

@@ -5,4 +5,9 @@ sys.stdout = sys.stderr
 
 from trainscale.analysis import write_throughput
 
-write_throughput(snakemake.params.study, list(snakemake.input.records), snakemake.output.tidy)
+write_throughput(
+    snakemake.params.study,
+    list(snakemake.input.records),
+    snakemake.output.tidy,
+    snakemake.params.expected,
+)
