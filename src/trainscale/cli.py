@@ -82,6 +82,21 @@ def _options() -> argparse.ArgumentParser:
         help="also save initial and final trainable weights (used by the equivalence test)",
     )
     out.add_argument(
+        "--attempt",
+        type=int,
+        default=1,
+        metavar="N",
+        help="(run) which attempt at this grid point this is (the workflow's retries)",
+    )
+    out.add_argument(
+        "--attempts",
+        type=int,
+        default=0,
+        metavar="M",
+        help="(run) on attempt M or later, a failure still writes a record: status failed "
+        "with the log's tail (0: never)",
+    )
+    out.add_argument(
         "--timeout",
         type=float,
         default=0,
@@ -128,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         args, settings = parse(argv)
         prog = f"trainscale {args.command}"
         validate(settings)
-        for option in ("expect_cuda_devices", "requested_gpus_per_node", "timeout"):
+        for option in ("expect_cuda_devices", "requested_gpus_per_node", "timeout", "attempts"):
             if getattr(args, option) < 0:
                 raise SettingsError(f"--{option.replace('_', '-')} must be zero or positive")
         if args.command == "train":
@@ -168,6 +183,17 @@ def _train(settings: RunSettings, args) -> int:
     return 0
 
 
+def own_log_tail(lines: int = 30) -> str:
+    """The last lines of the file this process's stderr goes to (the job's log), if any."""
+    try:
+        path = os.readlink("/proc/self/fd/2")
+        sys.stderr.flush()
+        with open(path, errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return "(stderr is not a file: no log to quote)"
+
+
 def _run(settings: RunSettings, args) -> int:
     from trainscale.launch import launch
     from trainscale.records import read_record
@@ -185,13 +211,15 @@ def _run(settings: RunSettings, args) -> int:
         outcome = ("timeout", f"stopped by --timeout {args.timeout:g} s")
     elif code != 0 and result.out_of_memory:
         outcome = ("oom", result.out_of_memory)
+    elif code != 0 and args.attempts and args.attempt >= args.attempts:
+        outcome = ("failed", f"exited with {code}; log tail:\n{own_log_tail()}")
     if outcome:
         status, error = outcome
         atomic_write_json(output, outcome_record(settings, status, error, result.seconds))
         print(
             f"{settings.framework:<15} {settings.model} n{settings.nodes}g"
             f"{settings.gpus_per_node} b{settings.batch_size}: {status.upper()} after "
-            f"{result.seconds:.1f} s ({error}) -> {output}"
+            f"{result.seconds:.1f} s ({error.splitlines()[0]}) -> {output}"
         )
         return 0
     if code != 0:

@@ -124,3 +124,35 @@ def test_saved_config_regenerates_the_figures_without_training(study, tmp_path):
     run = snakemake(fresh, *args)
     assert run.returncode == 0, run.stderr[-3000:]
     assert os.path.exists(os.path.join(fresh, "results/tiny-cpu/figures/frameworks.png"))
+
+
+@pytest.mark.slow
+def test_a_point_that_keeps_failing_is_retried_then_recorded_as_failed(tmp_path):
+    # Asking for a GPU on this GPU-less machine fails every time, for real.
+    repo = copy_repository(str(tmp_path / "repo"))
+    study = {
+        **STUDY,
+        "study": "fails",
+        "reference": None,
+        "train_retries": 1,
+        "grid": {**STUDY["grid"], "framework": ["tf-single"], "gpus_per_node": [1]},
+        "constraints": {},
+        "benchmark": {**STUDY["benchmark"], "device": "gpu", "dataset": "synthetic"},
+    }
+    del study["benchmark"]["data_dir"], study["benchmark"]["generate_cifar100_images"]
+    with open(os.path.join(repo, "fails.yaml"), "w") as handle:
+        yaml.safe_dump(study, handle)
+    result = snakemake(repo, "--profile", "profiles/local", "--configfile", "fails.yaml")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "Trying to restart job" in output  # the first attempt failed and was retried
+    record = json.loads(
+        Path(repo, "results/fails/runs/tf-single/small_cnn/b16/n1g1r1.json").read_text()
+    )
+    assert record["status"] == "failed" and record["images_per_sec"] is None
+    assert "GPU(s) per the job request but sees 0" in record["error"]  # the log's tail
+    table = Path(repo, "results/fails/tables/table1.md").read_text()
+    assert "| small_cnn | 16 | 1 | FAILED |" in table
+    # Not rerun by a later run: retrying failed points is the user's call.
+    again = snakemake(repo, "-n", "--profile", "profiles/local", "--configfile", "fails.yaml")
+    assert train_jobs(again.stdout + again.stderr) == 0

@@ -41,6 +41,7 @@ STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
 REFERENCE = config.get("reference")
 TRAIN_CONTAINER = config.get("train_container")
+TRAIN_RETRIES = config["train_retries"]
 
 
 def trainscale_command():

@@ -10,6 +10,7 @@ rule train:
         record=f"{RESULTS}/runs/{{framework}}/{{model}}/b{{batch_size}}/n{{nodes}}g{{gpus_per_node}}r{{repeat}}.json",
     log:
         f"{RESULTS}/logs/train/{{framework}}/{{model}}/b{{batch_size}}/n{{nodes}}g{{gpus_per_node}}r{{repeat}}.log",
+    retries: TRAIN_RETRIES
     conda:
         "../../envs/train.yaml"
     container:
@@ -30,6 +31,7 @@ rule train:
         slurm_partition=lambda wildcards: slurm(wildcards)["slurm_partition"],
         slurm_account=lambda wildcards: slurm(wildcards)["slurm_account"],
         slurm_extra=lambda wildcards: slurm(wildcards)["slurm_extra"],
+        attempt=lambda wildcards, attempt: attempt,
         # A benchmark must not share its machine with another benchmark: the
         # local profile offers one slot (--resources benchmark_slots=1).
         benchmark_slots=1,
@@ -38,8 +40,11 @@ rule train:
         options=lambda wildcards: train_arguments(config, point_of(wildcards)),
         gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
         timeout=config["benchmark"]["timeout_seconds"],
+        # On the last attempt a failure is recorded (status failed, with the
+        # log's tail) so that collect, tables and figures go on without it.
+        attempts=TRAIN_RETRIES + 1,
     shell:
-        "{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --timeout {params.timeout} --output {output.record} > {log} 2>&1"
+        "{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record} > {log} 2>&1"
 
 
 rule generate_cifar100:
