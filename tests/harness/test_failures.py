@@ -178,3 +178,58 @@ def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path):
     assert time.monotonic() - killed_at < 30  # no rank left spinning in a collective
     assert not output.exists()
     assert "exited with" in stderr
+
+
+def test_concurrent_runs_on_one_machine_do_not_collide(tmp_path, cifar_dir):
+    # Two MultiWorker and two Horovod runs of the same study at once, as the
+    # local executor or SLURM packing small jobs on a node would start them:
+    # no port, temp file or record may be shared.
+    runs = []
+    for i, framework in enumerate(["tf-multiworker", "tf-multiworker", "horovod", "horovod"]):
+        output = tmp_path / f"{framework}-{i}.json"
+        args = [
+            "--framework",
+            framework,
+            "--gpus-per-node",
+            "2",
+            "--model",
+            "small_cnn",
+            "--image-size",
+            "32",
+            "--batch-size",
+            "8",
+            "--dataset",
+            "cifar100",
+            "--data-dir",
+            cifar_dir,
+            "--device",
+            "cpu",
+            "--warmup-steps",
+            "1",
+            "--iterations",
+            "2",
+            "--steps-per-iteration",
+            "2",
+            "--timeout",
+            "240",
+            "--output",
+            str(output),
+        ]
+        runs.append(
+            (
+                output,
+                subprocess.Popen(
+                    [sys.executable, "-m", "trainscale", "run", *args],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                ),
+            )
+        )
+    for output, proc in runs:
+        _, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-3000:]
+        record = load_json(output)
+        assert record["status"] == "ok" and record["replicas"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(o.name for o, _ in runs)
