@@ -208,7 +208,11 @@ def _run(settings: RunSettings, args) -> int:
     code = result.code
     outcome = None
     if result.timed_out:
-        outcome = ("timeout", f"stopped by --timeout {args.timeout:g} s")
+        outcome = (
+            "timeout",
+            f"stopped by the watchdog after {result.seconds:.0f} s "
+            "(--timeout, or the SLURM time limit less a margin)",
+        )
     elif code != 0 and result.out_of_memory:
         outcome = ("oom", result.out_of_memory)
     elif code != 0 and args.attempts and args.attempt >= args.attempts:

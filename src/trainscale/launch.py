@@ -153,6 +153,36 @@ def slurm_plan(
     return [(srun + train_command, extra_env)]
 
 
+def parse_slurm_duration(text: str) -> float | None:
+    """Seconds in SLURM's [days-]hours:minutes:seconds (or minutes:seconds) form."""
+    text = text.strip()
+    if not text or text in ("UNLIMITED", "NOT_SET", "INVALID"):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    hours, minutes, seconds = parts
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def slurm_watchdog(margin: float = 60.0, minimum: float = 30.0) -> float:
+    """A watchdog that fires before SLURM's time limit does, so the run can record
+    `timeout` itself (SLURM's kill would leave no record), or 0 if unknown."""
+    try:
+        left = subprocess.run(
+            ["squeue", "-h", "-j", os.environ["SLURM_JOB_ID"], "-o", "%L"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0.0
+    seconds = parse_slurm_duration(left)
+    return max(minimum, seconds - margin) if seconds else 0.0
+
+
 _rendezvous_servers: list = []  # kept alive until the process exits
 
 
@@ -256,6 +286,10 @@ def launch(
     forever); the watchdog ends them all after `timeout` seconds.
     """
     plan = process_plan(settings, output, weights_file, requested_gpus_per_node)
+    if in_slurm_job():
+        # SLURM's time limit, minus a margin, unless a shorter watchdog is set.
+        limit = slurm_watchdog()
+        timeout = min(t for t in (timeout, limit) if t) if (timeout or limit) else 0
     processes, relays, oom_lines = [], [], []
     start = time.monotonic()
 

@@ -132,3 +132,20 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     [(argv, _)] = process_plan(mirrored, "r.json", requested_gpus_per_node=4)
     assert argv[0] != "srun"  # one process: the job's batch step itself
     assert argv[argv.index("--expect-cuda-devices") + 1] == "4"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1-02:03:04", 93784),
+        ("02:03:04", 7384),
+        ("03:04", 184),
+        ("45", 45),
+        ("UNLIMITED", None),
+        ("", None),
+    ],
+)
+def test_slurm_durations(text, seconds):
+    from trainscale.launch import parse_slurm_duration
+
+    assert parse_slurm_duration(text) == seconds

@@ -199,3 +199,26 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_p
     again = snakemake(repo, *args[:-2], timeout=600)
     assert again.returncode == 0, again.stderr[-4000:]
     assert len(records(repo, "slurm-lab-cancel")) == 3
+
+
+def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab, tmp_path):
+    # A 1-minute limit and endless training: the run's watchdog (the limit less
+    # a margin, at least 30 s) stops it first and writes the record that
+    # SLURM's own kill would never leave.
+    repo = copy_repository(str(tmp_path / "repo"))
+    config = study_config(study="slurm-lab-limit", train_retries=0)
+    config["benchmark"].update(data_dir="results/slurm-lab-limit/data", iterations=1000000)
+    config["cluster"]["runtime_minutes"] = 1
+    config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
+    result = snakemake(
+        repo,
+        "--profile",
+        "profiles/slurm",
+        "--configfile",
+        write_config(repo, "limit.yaml", config),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    record = records(repo, "slurm-lab-limit")["horovod/small_cnn/b16/n2g1r1.json"]
+    assert record["status"] == "timeout" and record["images_per_sec"] is None
+    assert 30 <= record["elapsed_seconds"] < 60
