@@ -101,16 +101,8 @@ def host_provenance() -> dict:
     }
 
 
-def outcome_record(settings, status: str, error: str, elapsed_seconds: float) -> dict:
-    """A record for a grid point that produced no throughput: `oom`, `timeout` or `failed`.
-
-    It carries no numbers, so nothing can mistake it for a measurement; tables
-    show its status in the cell instead.
-    """
-    import socket
-
-    if status not in STATUSES or status == "ok":
-        raise ValueError(f"not an outcome status: {status!r}")
+def record_head(settings, status: str) -> dict:
+    """The fields every record starts with: its schema, status and grid point."""
     return {
         "schema": SCHEMA_VERSION,
         "status": status,
@@ -126,6 +118,21 @@ def outcome_record(settings, status: str, error: str, elapsed_seconds: float) ->
         "device": settings.device,
         "settings": settings.to_dict(),
         "settings_hash": settings.settings_hash(),
+    }
+
+
+def outcome_record(settings, status: str, error: str, elapsed_seconds: float) -> dict:
+    """A record for a grid point that produced no throughput: `oom`, `timeout` or `failed`.
+
+    It carries no numbers, so nothing can mistake it for a measurement; tables
+    show its status in the cell instead.
+    """
+    import socket
+
+    if status not in STATUSES or status == "ok":
+        raise ValueError(f"not an outcome status: {status!r}")
+    return {
+        **record_head(settings, status),
         "images_per_sec": None,
         "per_replica_images_per_sec": None,
         "error": error,

@@ -233,21 +233,9 @@ def train(
         return None
 
     record = {
-        "schema": records.SCHEMA_VERSION,
-        "status": "ok",
-        "framework": settings.framework,
-        "nodes": settings.nodes,
-        "gpus_per_node": settings.gpus_per_node,
-        "replicas": framework.num_replicas,
+        **records.record_head(settings, "ok"),
+        "replicas": framework.num_replicas,  # as the framework counted them
         "processes": framework.num_processes,
-        "model": settings.model,
-        "dataset": settings.dataset,
-        "image_size": settings.image_size,
-        "batch_size": settings.batch_size,
-        "global_batch_size": settings.global_batch_size,
-        "device": settings.device,
-        "settings": settings.to_dict(),
-        "settings_hash": settings.settings_hash(),
         **blocks.summary(),
         "startup_seconds": startup_seconds,
         "final_loss": loss_value,
