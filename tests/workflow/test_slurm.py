@@ -150,12 +150,12 @@ def test_horovod_over_gloo_across_nodes(lab, tmp_path):
 
 def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_path):
     repo = copy_repository(str(tmp_path / "repo"))
-    config = study_config(study="slurm-lab-cancel")
+    # No retries here: the point is to see the failure, not to recover from it.
+    config = study_config(study="slurm-lab-cancel", train_retries=0)
     config["benchmark"].update(data_dir="results/slurm-lab-cancel/data", iterations=30)
     config["grid"].update(framework=["horovod", "tf-single"], nodes=[1, 2], gpus_per_node=[1])
     name = write_config(repo, "cancel.yaml", config)
-    # No retries here: the point is to see the failure, not to recover from it.
-    args = ["--profile", "profiles/slurm", "--configfile", name, "--retries", "0"]
+    args = ["--profile", "profiles/slurm", "--configfile", name]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     from conftest import SNAKEMAKE
 
@@ -196,7 +196,7 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_p
     dry = snakemake(repo, "-n", *args)
     output = dry.stdout + dry.stderr
     assert train_jobs(output) == 1 and "n2g1r1.json" in output
-    again = snakemake(repo, *args[:-2], timeout=600)
+    again = snakemake(repo, *args, timeout=600)
     assert again.returncode == 0, again.stderr[-4000:]
     assert len(records(repo, "slurm-lab-cancel")) == 3
 
