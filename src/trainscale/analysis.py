@@ -420,18 +420,11 @@ def load_tidy(path: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def reference_combined(root: str, reference: str | None) -> pd.DataFrame | None:
-    """The reference study's combined rows, read from its cached records."""
+def reference_combined(reference: str | None, records: list[str]) -> pd.DataFrame | None:
+    """The reference study's combined rows, from its cached records (the rule's input)."""
     if not reference:
         return None
-    runs = os.path.join(root, reference, "runs")
-    paths = [
-        os.path.join(folder, name)
-        for folder, _, names in os.walk(runs)
-        for name in names
-        if name.endswith(".json")
-    ]
-    return combine_repeats(collect(reference, paths))
+    return combine_repeats(collect(reference, records))
 
 
 # --------------------------------------------------------------------------
@@ -460,11 +453,15 @@ def _write_table(table: pd.DataFrame, folder: str, name: str, caption: str, labe
 
 
 def write_tables(
-    tidy_csv: str, folder: str, reference: str | None, framework: str, results_root="results"
+    tidy_csv: str,
+    folder: str,
+    reference: str | None,
+    framework: str,
+    reference_records: list[str] = (),
 ) -> None:
     tidy = load_tidy(tidy_csv)
     combined = combine_repeats(tidy)
-    ref = reference_combined(results_root, reference)
+    ref = reference_combined(reference, list(reference_records))
     study = tidy["study"].iloc[0] if len(tidy) else "?"
     device = ", ".join(sorted(set(tidy["device"]))) or "?"
 

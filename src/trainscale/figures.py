@@ -171,7 +171,11 @@ def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], not
 
 
 def write_figures(
-    tidy_csv: str, folder: str, reference: str | None, framework: str, results_root="results"
+    tidy_csv: str,
+    folder: str,
+    reference: str | None,
+    framework: str,
+    reference_records: list[str] = (),
 ) -> None:
     import os
 
@@ -202,6 +206,8 @@ def write_figures(
     efficiency(combined, paths("efficiency"), note)
     frameworks(combined, paths("frameworks"), note)
     if reference:
-        comparison = reference_table(combined, reference_combined(results_root, reference))
+        comparison = reference_table(
+            combined, reference_combined(reference, list(reference_records))
+        )
         vs_reference(comparison, reference, paths("vs_reference"), note)
     print(f"figures: written to {folder}")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import load_json
+from conftest import TRAINSCALE, load_json, trainscale
 
 from trainscale.launch import OOM_SIGNS
 
@@ -79,38 +79,19 @@ def test_out_of_memory_is_a_recorded_outcome(tmp_path, framework, replicas, cap_
     assert "OOM after" in result.stdout
 
 
+# Horovod on 2 CPU ranks training (nearly) forever: only a stop ends it.
+ENDLESS_HOROVOD = [
+    "--framework", "horovod", "--gpus-per-node", "2", "--model", "small_cnn",
+    "--image-size", "32", "--dataset", "synthetic", "--device", "cpu",
+    "--iterations", "100000",
+]  # fmt: skip
+
+
 def test_the_watchdog_ends_a_run_and_records_a_timeout(tmp_path):
     output = tmp_path / "r.json"
     start = time.monotonic()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainscale",
-            "run",
-            "--framework",
-            "horovod",
-            "--gpus-per-node",
-            "2",
-            "--model",
-            "small_cnn",
-            "--image-size",
-            "32",
-            "--dataset",
-            "synthetic",
-            "--device",
-            "cpu",
-            "--iterations",
-            "100000",
-            "--timeout",
-            "20",
-            "--output",
-            str(output),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    result = trainscale(
+        "run", *ENDLESS_HOROVOD, "--timeout", "20", "--output", str(output), timeout=120
     )
     wall = time.monotonic() - start
     assert result.returncode == 0, result.stderr[-3000:]
@@ -124,28 +105,7 @@ def test_the_watchdog_ends_a_run_and_records_a_timeout(tmp_path):
 def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path):
     output = tmp_path / "r.json"
     run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainscale",
-            "run",
-            "--framework",
-            "horovod",
-            "--gpus-per-node",
-            "2",
-            "--model",
-            "small_cnn",
-            "--image-size",
-            "32",
-            "--dataset",
-            "synthetic",
-            "--device",
-            "cpu",
-            "--iterations",
-            "100000",
-            "--output",
-            str(output),
-        ],
+        [*TRAINSCALE, "run", *ENDLESS_HOROVOD, "--output", str(output)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

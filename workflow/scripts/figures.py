@@ -10,4 +10,5 @@ write_figures(
     snakemake.params.folder,
     snakemake.params.reference,
     snakemake.params.framework,
+    list(snakemake.input.reference),
 )
