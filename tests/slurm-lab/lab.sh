@@ -5,6 +5,8 @@
 #   tests/slurm-lab/lab.sh up [NODES]     start it (default 2 compute nodes)
 #   tests/slurm-lab/lab.sh down           stop everything it started, remove its network
 #   tests/slurm-lab/lab.sh status
+#   tests/slurm-lab/lab.sh kill-node I    every process of node I dies (a crash)
+#   tests/slurm-lab/lab.sh revive-node I  start node I's slurmd again
 #
 # What it builds:
 # - munged, MariaDB, slurmdbd (accounting: `sacct` works, as on real clusters),
@@ -26,6 +28,12 @@ CLUSTER=trainscale-lab
 CPUS_PER_NODE=${CPUS_PER_NODE:-2}
 MEMORY_PER_NODE_MB=${MEMORY_PER_NODE_MB:-6000}
 GPUS_PER_NODE=2
+# proctrack/cgroup + task/cgroup with ConstrainRAMSpace, as on real clusters:
+# a job step over its --mem is killed by the kernel and SLURM says
+# OUT_OF_MEMORY. Each slurmd keeps its own tree (memory/slurm_nodeN). Used
+# when this machine lets us make cgroup v1 memory groups (CGROUPS=auto);
+# CGROUPS=0 falls back to proctrack/linuxproc with no memory limits.
+CGROUPS=${CGROUPS:-auto}
 HOSTS_TAG="# trainscale-slurm-lab"
 CONF=/etc/slurm/slurm.conf
 DB_PASSWORD=trainscale-lab
@@ -46,8 +54,30 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
 node_count() { cat "$LAB_DIR/nodes" 2>/dev/null || echo 0; }
 
 write_configs() {
-  local nodes=$1 controller
+  local nodes=$1 controller proctrack=proctrack/linuxproc task_plugin=task/none
   controller=$(hostname -s)
+  mkdir -p /etc/slurm
+  if [ "$CGROUPS" = auto ]; then
+    CGROUPS=0
+    if mkdir /sys/fs/cgroup/memory/trainscale-lab-probe 2>/dev/null; then
+      rmdir /sys/fs/cgroup/memory/trainscale-lab-probe
+      CGROUPS=1
+    fi
+  fi
+  echo "$CGROUPS" >"$LAB_DIR/cgroups"
+  if [ "$CGROUPS" = 1 ]; then
+    proctrack=proctrack/cgroup task_plugin=task/cgroup
+    cat >/etc/slurm/cgroup.conf <<EOF
+# Written by the trainscale slurm lab.
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+AllowedSwapSpace=0
+EOF
+  else
+    rm -f /etc/slurm/cgroup.conf
+  fi
   if [ -f "$CONF" ] && ! grep -q "trainscale slurm lab" "$CONF"; then
     die "$CONF exists and is not the lab's; refusing to overwrite a real cluster's config"
   fi
@@ -68,8 +98,8 @@ SlurmctldLogFile=$LAB_DIR/slurmctld.log
 SlurmdLogFile=$LAB_DIR/slurmd-%n.log
 # Without a per-node TmpFS, srun --mpi=pmix fails: the nodes share /tmp.
 TmpFS=/var/spool/slurmd/%n/tmp
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType=$proctrack
+TaskPlugin=$task_plugin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 # Without a default, one job would take a node's whole memory.
@@ -77,6 +107,8 @@ DefMemPerCPU=500
 MinJobAge=300
 ReturnToService=2
 SlurmdParameters=config_overrides
+# A dead node is declared DOWN after this long (default 300 s).
+SlurmdTimeout=30
 MpiDefault=none
 GresTypes=gpu
 AccountingStorageType=accounting_storage/slurmdbd
@@ -160,6 +192,19 @@ start_network() {
   done
 }
 
+start_slurmd() {
+  local i=$1
+  # A fresh spool, as after a reboot: a killed slurmstepd leaves its PMIx
+  # socket there, and the next job with the same ID could not bind it.
+  rm -rf "/var/spool/slurmd/node$i"
+  mkdir -p "/var/spool/slurmd/node$i/tmp"
+  # nsenter, not `ip netns exec`: the latter remounts /sys and hides
+  # /sys/fs/cgroup, and slurmd then refuses to start. A UTS namespace gives
+  # each node its own host name, which is what the records report.
+  nsenter --net="/run/netns/tslab-node$i" unshare --uts \
+    sh -c "hostname node$i && exec slurmd -N node$i"
+}
+
 up() {
   local nodes=${1:-2}
   [ "$(id -u)" -eq 0 ] || die "needs root"
@@ -182,17 +227,10 @@ up() {
 
   slurmctld
   wait_for 30 slurmctld scontrol ping
-  for i in $(seq 1 "$nodes"); do
-    mkdir -p "/var/spool/slurmd/node$i/tmp"
-    # nsenter, not `ip netns exec`: the latter remounts /sys and hides
-    # /sys/fs/cgroup, and slurmd then refuses to start. A UTS namespace gives
-    # each node its own host name, which is what the records report.
-    nsenter --net="/run/netns/tslab-node$i" unshare --uts \
-      sh -c "hostname node$i && exec slurmd -N node$i"
-  done
+  for i in $(seq 1 "$nodes"); do start_slurmd "$i"; done
   wait_for 60 "the compute nodes" sh -c \
     "[ \"\$(sinfo -h -o '%t' -N | grep -c -E '^idle')\" -ge $nodes ]"
-  log "up: $nodes nodes ($(sinfo -h -N -o '%N' | tr '\n' ' ')), partition lab, $GPUS_PER_NODE fake GPUs each"
+  log "up: $nodes nodes ($(sinfo -h -N -o '%N' | tr '\n' ' ')), partition lab, $GPUS_PER_NODE fake GPUs each, cgroups: $(cat "$LAB_DIR/cgroups")"
 }
 
 stop_pidfile() { # stop_pidfile FILE NAME
@@ -225,12 +263,41 @@ down() {
     ip link del "tslab$i" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
+  # Job IDs start again at 1 in the next lab: leave no job_N cgroups behind.
+  remove_cgroups "node*"
   sed -i "/$HOSTS_TAG/d" /etc/hosts
   if grep -q "trainscale slurm lab" "$CONF" 2>/dev/null; then
-    rm -f "$CONF" /etc/slurm/gres.conf /etc/slurm/slurmdbd.conf
+    rm -f "$CONF" /etc/slurm/gres.conf /etc/slurm/slurmdbd.conf /etc/slurm/cgroup.conf
   fi
-  rm -rf "$LAB_DIR/state" "$LAB_DIR/nodes"
+  rm -rf "$LAB_DIR/state" "$LAB_DIR/nodes" "$LAB_DIR/cgroups"
   log "down"
+}
+
+remove_cgroups() { # remove_cgroups NAME_GLOB: the cgroup trees slurmd made, once empty
+  local tree
+  for tree in /sys/fs/cgroup/*/slurm_$1; do
+    [ -d "$tree" ] && find "$tree" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+  return 0
+}
+
+kill_node() { # kill_node I: every process of node I dies at once, as in a crash
+  local pids
+  pids=$(ip netns pids "tslab-node$1" || true)
+  [ -n "$pids" ] && kill -9 $pids
+  rm -f "$LAB_DIR/slurmd-node$1.pid"
+  # A rebooted node starts with no cgroups; stale ones would clash with the
+  # next job given the same ID.
+  sleep 1
+  remove_cgroups "node$1"
+  log "node$1: killed $(echo $pids | wc -w) processes"
+}
+
+revive_node() { # revive_node I: a fresh slurmd on node I, back in service
+  start_slurmd "$1"
+  scontrol update nodename="node$1" state=resume >/dev/null 2>&1 || true
+  wait_for 60 "node$1" sh -c "sinfo -h -n node$1 -o '%t' | grep -q -E '^(idle|mix|alloc)'"
+  log "node$1: back"
 }
 
 status() {
@@ -241,5 +308,7 @@ case "${1:-}" in
   up) up "${2:-2}" ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up [NODES] | down | status" >&2; exit 2 ;;
+  kill-node) kill_node "${2:?node number}" ;;
+  revive-node) revive_node "${2:?node number}" ;;
+  *) echo "usage: $0 up [NODES] | down | status | kill-node I | revive-node I" >&2; exit 2 ;;
 esac
