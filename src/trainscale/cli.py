@@ -29,6 +29,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+# Long enough for the first step's tracing skew between ranks, short enough
+# that a stalled rank does not hold a cluster allocation for long.
+DEFAULT_COLLECTIVE_TIMEOUT = 300.0
+
+
 def _options() -> argparse.ArgumentParser:
     defaults = RunSettings(framework="tf-single")
     p = _Parser(add_help=False)
@@ -104,6 +109,15 @@ def _options() -> argparse.ArgumentParser:
         help="(run) stop every process after this long and record status timeout (0: none)",
     )
     out.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=DEFAULT_COLLECTIVE_TIMEOUT,
+        metavar="SECONDS",
+        help="a collective that waits this long for a stalled rank fails the run "
+        "(MultiWorkerMirrored, Horovod over Gloo; Horovod over MPI has no such "
+        "timeout: the watchdog bounds it) (0: wait forever)",
+    )
+    out.add_argument(
         "--expect-cuda-devices",
         type=int,
         default=0,
@@ -143,7 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         args, settings = parse(argv)
         prog = f"trainscale {args.command}"
         validate(settings)
-        for option in ("expect_cuda_devices", "requested_gpus_per_node", "timeout", "attempts"):
+        nonnegative = (
+            "expect_cuda_devices",
+            "requested_gpus_per_node",
+            "timeout",
+            "attempts",
+            "collective_timeout",
+        )
+        for option in nonnegative:
             if getattr(args, option) < 0:
                 raise SettingsError(f"--{option.replace('_', '-')} must be zero or positive")
         if args.command == "train":
@@ -167,11 +188,32 @@ def main(argv: list[str] | None = None) -> int:
 EXIT_OOM = 3
 
 
+def mark_first_to_die() -> None:
+    """Make the kernel's OOM killer pick this training process before its
+    launcher, srun or mpirun, so they live to record `oom` (raising one's own
+    oom_score_adj needs no privilege)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    except OSError:
+        pass
+
+
+def set_collective_timeout(seconds: float) -> None:
+    """Pass the timeout on as the environment the frameworks read: Horovod's
+    Gloo reads its own variable; trainscale.frameworks.MultiWorker reads ours."""
+    if seconds:
+        os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, round(seconds)))
+        os.environ["TRAINSCALE_COLLECTIVE_TIMEOUT_SECONDS"] = str(seconds)
+
+
 def _train(settings: RunSettings, args) -> int:
     import tensorflow as tf
 
     from trainscale.training import train
 
+    mark_first_to_die()
+    set_collective_timeout(args.collective_timeout)
     try:
         train(settings, args.output, args.save_weights, args.expect_cuda_devices)
     except (tf.errors.ResourceExhaustedError, MemoryError) as err:
@@ -195,7 +237,7 @@ def own_log_tail(lines: int = 30) -> str:
 
 
 def _run(settings: RunSettings, args) -> int:
-    from trainscale.launch import launch
+    from trainscale.launch import in_slurm_job, launch, slurm_job_reason
     from trainscale.records import read_record
 
     output = args.output or (
@@ -204,19 +246,30 @@ def _run(settings: RunSettings, args) -> int:
     )
     from trainscale.records import atomic_write_json, outcome_record
 
-    result = launch(settings, output, args.save_weights, args.requested_gpus_per_node, args.timeout)
+    result = launch(
+        settings,
+        output,
+        args.save_weights,
+        args.requested_gpus_per_node,
+        args.timeout,
+        args.collective_timeout,
+    )
     code = result.code
     outcome = None
+    reason = slurm_job_reason() if result.terminated and in_slurm_job() else ""
     if result.timed_out:
         outcome = (
             "timeout",
             f"stopped by the watchdog after {result.seconds:.0f} s "
             "(--timeout, or the SLURM time limit less a margin)",
         )
+    elif reason == "TimeLimit":
+        outcome = ("timeout", f"SLURM ended the job at its time limit after {result.seconds:.0f} s")
     elif code != 0 and result.out_of_memory:
         outcome = ("oom", result.out_of_memory)
     elif code != 0 and args.attempts and args.attempt >= args.attempts:
-        outcome = ("failed", f"exited with {code}; log tail:\n{own_log_tail()}")
+        why = f"SIGTERM (SLURM reason: {reason or 'none given'})" if result.terminated else code
+        outcome = ("failed", f"exited with {why}; log tail:\n{own_log_tail()}")
     if outcome:
         status, error = outcome
         atomic_write_json(output, outcome_record(settings, status, error, result.seconds))

@@ -313,7 +313,12 @@ class MultiWorker(Strategy):
             implementation = tf.distribute.experimental.CommunicationImplementation.NCCL
         else:
             implementation = tf.distribute.experimental.CommunicationImplementation.RING
-        options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+        # Without a timeout a stalled (not dead) worker holds the others in a
+        # collective for ever: TF's peer health check does not notice it.
+        timeout = float(os.environ.get("TRAINSCALE_COLLECTIVE_TIMEOUT_SECONDS", 0)) or None
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation, timeout_seconds=timeout
+        )
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=options
         )

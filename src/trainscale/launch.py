@@ -28,9 +28,12 @@ def _train_command(
     output: str,
     weights_file: str | None,
     expect_cuda_devices: int = 0,
+    collective_timeout: float | None = None,
 ) -> list[str]:
     command = [sys.executable, "-m", "trainscale", "train", *settings.to_cli_args()]
     command += ["--output", output]
+    if collective_timeout is not None:
+        command += ["--collective-timeout", str(collective_timeout)]
     if weights_file:
         command += ["--save-weights", weights_file]
     if expect_cuda_devices:
@@ -87,6 +90,7 @@ def process_plan(
     output: str,
     weights_file: str | None = None,
     requested_gpus_per_node: int = 0,
+    collective_timeout: float | None = None,
 ) -> list[tuple[list[str], dict[str, str]]]:
     """The (argv, extra environment) of every process `run` starts.
 
@@ -96,7 +100,7 @@ def process_plan(
     processes_per_node = settings.processes_per_node()
     # Each process must see the GPUs it drives (checked before any timing).
     expect = requested_gpus_per_node // processes_per_node if requested_gpus_per_node else 0
-    train_command = _train_command(settings, output, weights_file, expect)
+    train_command = _train_command(settings, output, weights_file, expect, collective_timeout)
     if in_slurm_job():
         return slurm_plan(settings, train_command, requested_gpus_per_node)
     if settings.nodes != 1:
@@ -128,10 +132,11 @@ def slurm_plan(
     """
     processes_per_node = settings.processes_per_node()
     tasks = settings.nodes * processes_per_node
-    if tasks == 1:
-        # One process: it runs right here, in the job's batch step, which
-        # holds the job's GPUs on its node.
-        return [(train_command, {})]
+    # Even one process runs as a step of its own, not in the batch step: when
+    # SLURM's cgroup kills it for memory, that marks the step OUT_OF_MEMORY
+    # and srun says so, while the batch step (this launcher) lives to record
+    # `oom` and the job completes; Snakemake would delete the record of a job
+    # SLURM calls OUT_OF_MEMORY.
     srun = [
         "srun",
         f"--nodes={settings.nodes}",
@@ -228,6 +233,20 @@ def start_gloo_rendezvous(settings: RunSettings) -> dict[str, str]:
     }
 
 
+def slurm_job_reason() -> str:
+    """Why SLURM is ending this job, as squeue says while it completes:
+    `TimeLimit` at the time limit, `None` after scancel, others on node failure."""
+    try:
+        return subprocess.run(
+            ["squeue", "-h", "-j", os.environ["SLURM_JOB_ID"], "-o", "%r"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError, KeyError):
+        return ""
+
+
 def _stop(processes: list[subprocess.Popen], grace: float = 10.0) -> None:
     """Terminate what still runs; kill what ignores it (a hung TF worker ignores SIGTERM)."""
     for proc in processes:
@@ -253,7 +272,69 @@ OOM_SIGNS = (
     "std::bad_alloc",
     "MemoryError",
     "CUDA_ERROR_OUT_OF_MEMORY",
+    # SLURM's cgroup plugin, for tasks of an srun step (on any node):
+    # "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=12.0 ..."
+    "oom-kill event",
 )
+
+
+class MemoryCgroup:
+    """This process's memory cgroup (v1 or v2), where SLURM's `--mem` is enforced.
+
+    When a job goes over its memory, the kernel kills a process in it with
+    SIGKILL: nothing is printed, so the launcher counts the cgroup's OOM kills.
+    """
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    @classmethod
+    def of_this_process(cls) -> MemoryCgroup | None:
+        try:
+            with open("/proc/self/cgroup") as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            return None
+        candidates = []
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if "memory" in controllers.split(","):  # v1
+                candidates.append(os.path.join("/sys/fs/cgroup/memory", path.lstrip("/")))
+            elif controllers == "":  # v2 (unified), alone or beside v1
+                for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+                    candidates.append(os.path.join(root, path.lstrip("/")))
+        for folder in candidates:
+            cgroup = cls(folder)
+            if cgroup.oom_kills() is not None:
+                return cgroup
+        return None
+
+    def _read(self, *names: str) -> str | None:
+        for name in names:
+            try:
+                with open(os.path.join(self.folder, name)) as handle:
+                    return handle.read()
+            except OSError:
+                continue
+        return None
+
+    def oom_kills(self) -> int | None:
+        text = self._read("memory.events", "memory.oom_control")
+        for line in (text or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return None
+
+    def limit_mib(self) -> float | None:
+        """The tightest limit on this group or a parent (SLURM sets it on the job)."""
+        limits, folder = [], self.folder
+        while folder.count("/") > 3:
+            text = (MemoryCgroup(folder)._read("memory.max", "memory.limit_in_bytes") or "").strip()
+            if text.isdigit() and int(text) < 2**62:  # not "max", nor v1's "no limit"
+                limits.append(int(text) / 2**20)
+            folder = os.path.dirname(folder)
+        return min(limits, default=None)
 
 
 @dataclass
@@ -262,6 +343,7 @@ class LaunchResult:
     seconds: float
     timed_out: bool = False
     out_of_memory: str = ""  # the first output line that said so
+    terminated: bool = False  # SIGTERM reached the launcher (SLURM ending the job, a kill)
 
 
 def _relay(stream, sink, found: list[str]) -> None:
@@ -279,27 +361,43 @@ def launch(
     weights_file: str | None = None,
     requested_gpus_per_node: int = 0,
     timeout: float = 0,
+    collective_timeout: float | None = None,
 ) -> LaunchResult:
     """Run every process of the grid point and wait for all of them.
 
     One process that fails ends the others (they would wait in a collective
     forever); the watchdog ends them all after `timeout` seconds.
     """
-    plan = process_plan(settings, output, weights_file, requested_gpus_per_node)
+    plan = process_plan(settings, output, weights_file, requested_gpus_per_node, collective_timeout)
     if in_slurm_job():
         # SLURM's time limit, minus a margin, unless a shorter watchdog is set.
         limit = slurm_watchdog()
         timeout = min(t for t in (timeout, limit) if t) if (timeout or limit) else 0
     processes, relays, oom_lines = [], [], []
+    cgroup = MemoryCgroup.of_this_process()
+    oom_kills_before = cgroup.oom_kills() if cgroup else None
+    terminated = threading.Event()
     start = time.monotonic()
 
     def finish(code, timed_out=False):
         _stop(processes)
         for relay in relays:
             relay.join(timeout=5)
+        if code and not oom_lines and cgroup and (cgroup.oom_kills() or 0) > oom_kills_before:
+            limit = cgroup.limit_mib()
+            oom_lines.append(
+                "killed by the kernel's out-of-memory handler: memory cgroup "
+                f"{cgroup.folder} (limit {f'{limit:.0f} MiB' if limit else 'unknown'})"
+            )
         seconds = time.monotonic() - start
-        return LaunchResult(code, seconds, timed_out, oom_lines[0] if oom_lines else "")
+        oom = oom_lines[0] if oom_lines else ""
+        return LaunchResult(code, seconds, timed_out, oom, terminated.is_set())
 
+    # SLURM ends a job (time limit, scancel, node failure) with SIGTERM to every
+    # process of the step, then SIGKILL after KillWait: note it and stop cleanly.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+        previous_handler = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     try:
         for argv, extra_env in plan:
             proc = subprocess.Popen(
@@ -316,7 +414,11 @@ def launch(
         while True:
             codes = [proc.poll() for proc in processes]
             failed = [code for code in codes if code not in (None, 0)]
+            if terminated.is_set():
+                return finish(failed[0] if failed else -signal.SIGTERM)
             if failed:
+                # The same SIGTERM may have reached a child first; let ours land.
+                terminated.wait(0.5)
                 return finish(failed[0])
             if all(code == 0 for code in codes):
                 return finish(0)
@@ -326,3 +428,6 @@ def launch(
     except BaseException:
         _stop(processes)
         raise
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)

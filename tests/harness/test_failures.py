@@ -79,6 +79,48 @@ def test_out_of_memory_is_a_recorded_outcome(tmp_path, framework, replicas, cap_
     assert "OOM after" in result.stdout
 
 
+def memory_cgroup(limit_mb: int):
+    """A cgroup v1 memory group of our own with a hard limit (root only), or None."""
+    folder = Path("/sys/fs/cgroup/memory") / f"trainscale-test-{os.getpid()}"
+    try:
+        folder.mkdir()
+    except OSError:
+        return None
+    limit = str(limit_mb * 1024 * 1024)
+    (folder / "memory.limit_in_bytes").write_text(limit)
+    swap = folder / "memory.memsw.limit_in_bytes"  # RAM + swap: no escape into swap
+    if swap.exists():
+        swap.write_text(limit)
+    return folder
+
+
+def test_a_kernel_oom_kill_in_a_memory_cgroup_is_a_recorded_outcome(tmp_path):
+    # What SLURM's --mem with ConstrainRAMSpace (or a container's limit) does:
+    # the kernel SIGKILLs the biggest process, which prints nothing. The
+    # launcher counts its cgroup's OOM kills; the training process made itself
+    # the kernel's first choice (oom_score_adj), so the launcher survives.
+    folder = memory_cgroup(1500)
+    if folder is None:
+        pytest.skip("needs root and a writable cgroup v1 memory controller")
+    output = tmp_path / "r.json"
+    try:
+        result = subprocess.run(
+            [*TRAINSCALE, "run", "--framework", "tf-single", *BIG, "--output", str(output)],
+            preexec_fn=lambda: (folder / "cgroup.procs").write_text(str(os.getpid())),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        oom_kills = (folder / "memory.oom_control").read_text()
+    finally:
+        folder.rmdir()
+    assert "oom_kill 1" in oom_kills  # the kernel, not TensorFlow, ended it
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = load_json(output)
+    assert record["status"] == "oom" and record["images_per_sec"] is None
+    assert "out-of-memory handler" in record["error"] and "limit 1500 MiB" in record["error"]
+
+
 # Horovod on 2 CPU ranks training (nearly) forever: only a stop ends it.
 ENDLESS_HOROVOD = [
     "--framework", "horovod", "--gpus-per-node", "2", "--model", "small_cnn",
@@ -102,6 +144,76 @@ def test_the_watchdog_ends_a_run_and_records_a_timeout(tmp_path):
     assert "block 1/100000" in result.stderr  # it was training when it was stopped
 
 
+# How each launcher tells its second process (rank or worker 1) apart.
+SECOND_PROCESS_MARKS = (b"OMPI_COMM_WORLD_RANK=1\0", b"HOROVOD_RANK=1\0", b'"index": 1}')
+
+
+def second_process(output: Path, within: float = 90) -> int:
+    """The pid of rank/worker 1 of the run writing `output`, once it trains."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            ours = b"\0train\0" in cmdline and str(output).encode() in cmdline
+            if ours and any(mark in environ for mark in SECOND_PROCESS_MARKS):
+                return int(pid)
+    raise AssertionError("rank 1 never started")
+
+
+@pytest.mark.parametrize(
+    ("launch_options", "status", "sign"),
+    [
+        # MultiWorkerMirrored: the collective timeout (or TF's heartbeat check,
+        # whichever is first) fails the waiting worker.
+        (
+            ["--framework", "tf-multiworker", "--collective-timeout", "10"],
+            "failed",
+            ("Collective has timed out", "heartbeat timeout"),
+        ),
+        # Horovod over Gloo: Gloo's own timeout, from --collective-timeout.
+        (
+            ["--framework", "horovod", "--horovod-launcher", "gloo", "--collective-timeout", "10"],
+            "failed",
+            ("Application timeout caused pair closure", "Timed out"),
+        ),
+        # Horovod over MPI has no collective timeout: the watchdog ends it.
+        (["--framework", "horovod", "--timeout", "40"], "timeout", ("stopped by the watchdog",)),
+    ],
+    ids=["multiworker", "horovod-gloo", "horovod-mpi"],
+)
+def test_a_stalled_rank_ends_the_run_within_its_bound(tmp_path, launch_options, status, sign):
+    # SIGSTOP: the process lives, holds its sockets, and never answers.
+    output = tmp_path / "r.json"
+    endless = [*ENDLESS_HOROVOD[2:], "--attempts", "1"]  # the same training, any framework
+    run = subprocess.Popen(
+        [*TRAINSCALE, "run", *launch_options, *endless, "--output", str(output)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"},
+    )
+    try:
+        victim = second_process(output)
+        time.sleep(12)  # into the timed blocks
+        os.kill(victim, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        printed, _ = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    ended_after = time.monotonic() - stopped_at
+    print(f"{' '.join(launch_options)}: ended {ended_after:.1f} s after the stop")
+    record = load_json(output)
+    assert record["status"] == status and record["images_per_sec"] is None
+    assert any(s in printed or s in record["error"] for s in sign), printed[-6000:]
+    # The timeout, then up to 10 s to stop a process that ignores SIGTERM.
+    assert ended_after < 60
+
+
 def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path):
     output = tmp_path / "r.json"
     run = subprocess.Popen(
@@ -111,25 +223,8 @@ def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path):
         text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
-    # Wait until training runs, then kill rank 1 (the process whose
-    # OMPI_COMM_WORLD_RANK is 1) as a crash or a lost node would.
-    victim = None
-    deadline = time.monotonic() + 90
-    while victim is None and time.monotonic() < deadline:
-        time.sleep(1)
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                environ = Path(f"/proc/{pid}/environ").read_bytes()
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"OMPI_COMM_WORLD_RANK=1\0" in environ and str(output).encode() in cmdline:
-                victim = int(pid)
-        if victim and not os.path.exists(f"/proc/{victim}"):
-            victim = None
-    assert victim, "rank 1 never started"
+    # Kill rank 1 as a crash or a lost node would.
+    victim = second_process(output)
     time.sleep(8)  # into the timed blocks
     killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)
