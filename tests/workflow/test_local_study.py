@@ -2,12 +2,15 @@
 
 import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import copy_repository, snakemake, train_jobs
+from conftest import SNAKEMAKE, copy_repository, snakemake, train_jobs
 
 STUDY = {
     "study": "tiny-cpu",
@@ -156,3 +159,84 @@ def test_a_point_that_keeps_failing_is_retried_then_recorded_as_failed(tmp_path)
     # Not rerun by a later run: retrying failed points is the user's call.
     again = snakemake(repo, "-n", "--profile", "profiles/local", "--configfile", "fails.yaml")
     assert train_jobs(again.stdout + again.stderr) == 0
+
+
+def _training_of(repo: str) -> bool:
+    """Whether a `trainscale train` process of this repository copy runs now."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"trainscale\0train\0" in cmdline and repo.encode() in cmdline:
+            return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path, signal_number):
+    repo = copy_repository(str(tmp_path / "repo"))
+    study = {
+        **STUDY,
+        "study": "interrupted",
+        "reference": None,
+        "grid": {**STUDY["grid"], "framework": ["tf-single", "horovod"], "gpus_per_node": [1, 2]},
+        # Long enough (about 2,000 steps) to be interrupted inside a training.
+        "benchmark": {
+            **STUDY["benchmark"],
+            "data_dir": "results/interrupted/data",
+            "iterations": 200,
+            "steps_per_iteration": 10,
+        },
+    }
+    with open(os.path.join(repo, "interrupted.yaml"), "w") as handle:
+        yaml.safe_dump(study, handle)
+    args = ["--profile", "profiles/local", "--configfile", "interrupted.yaml"]
+    runs = Path(repo, "results", "interrupted", "runs")
+    # A session of its own: Ctrl-C reaches every process of the terminal's
+    # group, and kill -9 of the group is the machine going away under it.
+    snakemake_run = subprocess.Popen(
+        [SNAKEMAKE, *args],
+        cwd=repo,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (list(runs.rglob("n*.json")) and _training_of(repo)):
+            assert time.monotonic() < deadline, "no second training started"
+            assert snakemake_run.poll() is None, "snakemake ended before it was interrupted"
+            time.sleep(0.5)
+        time.sleep(3)  # inside the second training
+        os.killpg(snakemake_run.pid, signal_number)
+        snakemake_run.wait(timeout=120)
+    finally:
+        if snakemake_run.poll() is None:
+            os.killpg(snakemake_run.pid, signal.SIGKILL)
+    time.sleep(2)  # let orphans of the killed group be reaped
+    assert not _training_of(repo)
+
+    # Whatever is there is whole: every record parses; leftovers are only
+    # hidden temp files, which nothing reads.
+    for path in Path(repo, "results", "interrupted").rglob("*.json"):
+        if not path.name.startswith("."):
+            json.loads(path.read_text())
+    written = {p.name for p in runs.rglob("n*.json")}
+    assert 1 <= len(written) < 3
+
+    if signal_number == signal.SIGKILL:
+        # A killed Snakemake leaves its lock: the next run says so and --unlock frees it.
+        locked = snakemake(repo, *args)
+        assert locked.returncode != 0 and "cannot be locked" in locked.stderr
+        assert snakemake(repo, *args, "--unlock").returncode == 0
+    resumed = snakemake(repo, *args, "--rerun-incomplete")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    # Only the missing points train again (plus, after kill -9, one whose
+    # record was renamed into place just before Snakemake could note it done).
+    assert train_jobs(resumed.stdout + resumed.stderr) in (3 - len(written), 4 - len(written))
+    records = [json.loads(p.read_text()) for p in runs.rglob("n*.json")]
+    assert len(records) == 3 and {r["status"] for r in records} == {"ok"}
+    assert (runs.parent / "throughput.csv").exists()

@@ -104,7 +104,7 @@ def reference_record_files():
         os.path.join(folder, name)
         for folder, _, names in os.walk(runs)
         for name in names
-        if name.endswith(".json")
+        if name.endswith(".json") and not name.startswith(".")  # not a temp file
     )
 
 
