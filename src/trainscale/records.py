@@ -21,6 +21,18 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask would, for a moment)."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
 @contextlib.contextmanager
 def atomic_path(path: str):
     """Yield a temp path beside `path`; on success it replaces `path` in one rename.
@@ -35,6 +47,9 @@ def atomic_path(path: str):
     base, suffix = os.path.splitext(os.path.basename(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=f".tmp{suffix}", dir=folder)
     os.close(fd)
+    # mkstemp makes the file private (0600); results on a shared cluster file
+    # system must get the same mode as any other new file (0666 less umask).
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         yield tmp
         with open(tmp, "rb+") as handle:

@@ -28,3 +28,14 @@ def test_unknown_schema_is_refused(tmp_path):
     path.write_text(json.dumps({"schema": 99}))
     with pytest.raises(ValueError, match="unknown record schema 99"):
         read_record(str(path))
+
+
+def test_atomic_writes_get_the_mode_of_any_new_file(tmp_path):
+    # mkstemp's private 0600 would hide results from colleagues on a shared cluster.
+    path = tmp_path / "r.json"
+    old = os.umask(0o027)
+    try:
+        atomic_write_json(str(path), {"schema": SCHEMA_VERSION})
+    finally:
+        os.umask(old)
+    assert oct(path.stat().st_mode & 0o777) == oct(0o640)
