@@ -48,6 +48,8 @@ COLUMNS = [
     "images_per_sec_std",
     "blocks",
     "per_gpu_images_per_sec",
+    "achieved_tflops",
+    "mfu",
     "speedup",
     "efficiency",
     "source",
@@ -80,6 +82,10 @@ def record_row(study: str, path: str) -> dict:
         "images_per_sec_std": rate.get("std"),
         "blocks": len(rate.get("samples") or []) or np.nan,
         "per_gpu_images_per_sec": mean / gpus if mean is not None else None,
+        # Model FLOPs utilisation (trainscale.flops); None where the device's
+        # peak is unknown (CPUs) or the record predates it.
+        "achieved_tflops": record.get("achieved_tflops"),
+        "mfu": record.get("mfu"),
         "source": record.get("source", "measured"),
         "settings_hash": record.get("settings_hash"),
         "record": path,
@@ -182,7 +188,13 @@ def _pooled(group: pd.DataFrame) -> pd.Series:
         spread = ((counts - 1) * stds**2 + counts * (means - grand) ** 2).sum()
         std = math.sqrt(spread / (total - 1))
     return pd.Series(
-        {"images_per_sec_mean": mean, "images_per_sec_std": std, "repeats": len(group)}
+        {
+            "images_per_sec_mean": mean,
+            "images_per_sec_std": std,
+            "repeats": len(group),
+            "achieved_tflops": group["achieved_tflops"].astype(float).mean(),
+            "mfu": group["mfu"].astype(float).mean(),
+        }
     )
 
 
@@ -194,7 +206,14 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
     can say why its cell is empty.
     """
     keys = POINT + ["device", "gpus"]
-    columns = keys + ["images_per_sec_mean", "images_per_sec_std", "repeats", "status"]
+    columns = keys + [
+        "images_per_sec_mean",
+        "images_per_sec_std",
+        "repeats",
+        "achieved_tflops",
+        "mfu",
+        "status",
+    ]
     ok = tidy[tidy["status"] == "ok"]
     parts = []
     if not ok.empty:
@@ -214,6 +233,8 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
                             "images_per_sec_mean": math.nan,
                             "images_per_sec_std": math.nan,
                             "repeats": 0,
+                            "achieved_tflops": math.nan,
+                            "mfu": math.nan,
                             "status": status,
                         }
                     ]
@@ -316,6 +337,8 @@ def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
         "images_per_sec_mean",
         "speedup",
         "efficiency",
+        "achieved_tflops",
+        "mfu",
         "status",
     ]
     frame = combined[columns].copy()
@@ -506,7 +529,10 @@ def write_tables(
         efficiency_table(combined),
         folder,
         "efficiency",
-        f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run ({study})",
+        f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run, and model "
+        f"FLOPs utilisation (MFU: achieved / the devices' peak; empty where the device's "
+        f"peak is unknown) ({study})",
+        {"achieved_tflops": "TFLOP/s", "mfu": "MFU"},
     )
     if reference:
         ref_labels = {

@@ -10,6 +10,7 @@ import numpy as np
 
 from trainscale import records
 from trainscale.data import cifar100_dataset, load_cifar100, prepare_images, synthetic_dataset
+from trainscale.flops import training_flops_per_image, utilisation
 from trainscale.frameworks import Framework, create_framework, require_cuda_devices
 from trainscale.models import build_model
 from trainscale.settings import RunSettings
@@ -144,6 +145,36 @@ def software_versions() -> dict:
     return versions
 
 
+def process_age() -> float:
+    """Seconds since this process started (interpreter start-up and imports included)."""
+    try:
+        with open("/proc/self/stat") as handle:
+            start_ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as handle:
+            uptime = float(handle.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def device_name(settings: RunSettings) -> str:
+    """What the replicas run on: the GPU's name as the driver gives it, or the CPU model."""
+    if settings.device == "gpu":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+        return details.get("device_name", "unknown GPU")
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 def process_description(framework: Framework) -> dict:
     return {
         "process": framework.process_index,
@@ -197,6 +228,7 @@ def train(
             framework.after_first_step(model, optimizer)
     float(loss)
     startup_seconds = clock.elapsed()
+    seconds_to_first_timed_step = process_age()
 
     blocks = BlockTimes(
         images_per_block=settings.batch_size
@@ -232,12 +264,25 @@ def train(
     if not framework.is_chief:
         return None
 
+    summary = blocks.summary()
+    name = device_name(settings)
     record = {
         **records.record_head(settings, "ok"),
         "replicas": framework.num_replicas,  # as the framework counted them
         "processes": framework.num_processes,
-        **blocks.summary(),
+        **summary,
+        "device_name": name,
+        **utilisation(
+            summary["images_per_sec"]["mean"],
+            training_flops_per_image(settings.model, settings.image_size, settings.num_classes),
+            framework.num_replicas,
+            name,
+            settings.precision,
+        ),
+        # In the process: model build, tracing, warm-up. From process start:
+        # interpreter, imports and rendezvous too, up to the first timed step.
         "startup_seconds": startup_seconds,
+        "seconds_to_first_timed_step": seconds_to_first_timed_step,
         "final_loss": loss_value,
         "peak_memory_bytes": max((p["peak_memory"]["bytes"] or 0) for p in processes) or None,
         "peak_memory_source": processes[0]["peak_memory"]["source"],

@@ -5,6 +5,8 @@ import socket
 import pytest
 from conftest import TINY, load_json, trainscale
 
+from trainscale.flops import forward_flops_per_image
+
 CASES = [
     # (framework, replicas, horovod launcher, processes)
     ("tf-single", 1, "mpi", 1),
@@ -71,6 +73,14 @@ def test_framework_run_writes_an_ok_record(
     assert len(devices) == replicas and all("CPU" in d for d in devices)
     assert record["peak_memory_bytes"] > 0
     assert record["startup_seconds"] > 0 and record["final_loss"] > 0
+    # From process start (interpreter, imports, rendezvous) to the first timed step.
+    assert record["seconds_to_first_timed_step"] > record["startup_seconds"]
+    # Achieved FLOP/s from the model's count; on a CPU no peak, so no MFU.
+    flops = record["training_flops_per_image"]
+    assert flops == 3 * forward_flops_per_image("small_cnn", 32, 100)
+    assert record["achieved_tflops"] == pytest.approx(rate["mean"] * flops / 1e12)
+    assert record["mfu"] is None and record["peak_basis"].startswith("unknown")
+    assert record["device_name"] and record["device_name"] != "unknown CPU"
     # Per-block progress lines reach stderr while it runs.
     assert "block 2/2" in result.stderr
     assert "images/sec total" in result.stdout
