@@ -21,45 +21,97 @@ from trainscale.records import atomic_path  # noqa: E402
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 
 
-def _setup():
+def _panels(frame: pd.DataFrame):
+    """The figure and one panel per (model, batch size) the frame holds.
+
+    Small multiples, not one tangle: a big study (5 models x 7 batch sizes)
+    would otherwise draw hundreds of lines with a legend larger than the plot.
+    Yields (axes, that variant's rows); the figure is the first thing yielded.
+    """
     sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
-    return plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    variants = sorted(frame[["model", "batch_size"]].drop_duplicates().itertuples(index=False))
+    count = max(1, len(variants))
+    columns = min(4, count)
+    rows = -(-count // columns)
+    # Constrained layout measures every tick label of every panel: fine for a
+    # few panels, most of the drawing time for dozens; those get fixed margins.
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(max(6.4, 3.4 * columns), max(4.2, 2.8 * rows)),
+        layout="constrained" if count <= 4 else None,
+        squeeze=False,
+    )
+    if count > 4:
+        inch = 1 / fig.get_figheight()
+        fig.subplots_adjust(
+            left=0.07, right=0.98, top=1 - 0.9 * inch, bottom=1.2 * inch, hspace=0.5, wspace=0.3
+        )
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    if not variants:
+        return fig, [(flat[0], frame)]
+    panels = []
+    for ax, (model, batch_size) in zip(flat, variants, strict=False):
+        part = frame[(frame["model"] == model) & (frame["batch_size"] == batch_size)]
+        if len(variants) > 1:
+            ax.set_title(f"{model}, batch {batch_size}/GPU", fontsize="small")
+        panels.append((ax, part))
+    return fig, panels
 
 
 def _lines(ax, frame, x, hue, label, y="images_per_sec_mean", err="images_per_sec_std"):
-    """One line per value of `hue` (and per model/batch when the study has several)."""
-    variants = frame[["model", "batch_size"]].drop_duplicates() if len(frame) else []
-    several = len(variants) > 1
-    groups = sorted(frame.groupby([hue, "model", "batch_size"]), key=lambda kv: kv[0])
-    palette = sns.color_palette("colorblind", n_colors=max(1, len(groups)))
+    """One line per value of `hue`, in a fixed colour and marker per value."""
     markers = "osD^vP*X"
-    for i, ((key, model, batch_size), part) in enumerate(groups):
+    palette = sns.color_palette("colorblind", n_colors=10)
+    for key, part in sorted(frame.groupby(hue), key=lambda kv: kv[0]):
         part = part.sort_values(x)
-        name = label(key) + (f", {model} b{batch_size}" if several else "")
+        index = _colour_index.setdefault(label(key), len(_colour_index))
         ax.errorbar(
             part[x],
             part[y],
             yerr=part[err] if err else None,
-            label=name,
-            color=palette[i % len(palette)],
-            marker=markers[i % len(markers)],
+            label=label(key),
+            color=palette[index % len(palette)],
+            marker=markers[index % len(markers)],
             capsize=3,
         )
 
 
-def _finish(fig, ax, paths: list[str], title: str, note: str | None = None):
-    ax.set_title(title)
-    if ax.has_data():
-        ax.legend(fontsize="small")
-        ax.set_ylim(bottom=0)
-    else:
-        ax.text(0.5, 0.5, "no ok runs to plot", ha="center", va="center", transform=ax.transAxes)
+# Per figure: one colour per line label across all its panels.
+_colour_index: dict[str, int] = {}
+
+
+def _finish(fig, panels, paths: list[str], title: str, note: str | None = None):
+    fig.suptitle(title)
+    handles = {}
+    for ax, _ in panels:
+        if ax.has_data():
+            ax.set_ylim(bottom=0)
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(label, handle)
+        else:
+            ax.text(
+                0.5, 0.5, "no ok runs to plot", ha="center", va="center", transform=ax.transAxes
+            )
+    if len(panels) > 1:  # one y label per row of panels
+        for ax, _ in panels:
+            if ax.get_subplotspec().colspan.start > 0:
+                ax.set_ylabel("")
+    if handles:
+        if len(panels) == 1:
+            panels[0][0].legend(handles.values(), handles.keys(), fontsize="small")
+        else:
+            where = "outside lower center" if fig.get_layout_engine() else "lower center"
+            fig.legend(handles.values(), handles.keys(), loc=where, ncols=4)
     if note:
         fig.text(0.01, 0.005, note, fontsize="x-small", color="dimgray")
     for path in paths:
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=150)
+            fig.savefig(tmp, dpi=150 if len(panels) <= 4 else 80)
     plt.close(fig)
+    _colour_index.clear()
 
 
 def _integer_ticks(ax, values):
@@ -73,13 +125,14 @@ def _plural(count, word: str) -> str:
 
 
 def _weak_scaling(combined, framework, paths, note, x, lines, xlabel, line_label, over):
-    fig, ax = _setup()
     part = combined[combined["framework"] == framework]
-    _lines(ax, part, x, lines, line_label)
-    _integer_ticks(ax, part[x])
-    ax.set(xlabel=xlabel, ylabel=THROUGHPUT)
+    fig, panels = _panels(part)
+    for ax, variant in panels:
+        _lines(ax, variant, x, lines, line_label)
+        _integer_ticks(ax, variant[x])
+        ax.set(xlabel=xlabel, ylabel=THROUGHPUT)
     label = FRAMEWORK_LABELS.get(framework, framework)
-    _finish(fig, ax, paths, f"Weak scaling of {label} with {over}", note)
+    _finish(fig, panels, paths, f"Weak scaling of {label} with {over}", note)
 
 
 def weak_scaling_hosts(combined: pd.DataFrame, framework: str, paths: list[str], note=None):
@@ -114,40 +167,60 @@ def weak_scaling_gpus(combined: pd.DataFrame, framework: str, paths: list[str], 
 
 def efficiency(combined: pd.DataFrame, paths: list[str], note=None):
     """Weak-scaling efficiency vs total GPUs, per framework and host count, with the ideal."""
-    fig, ax = _setup()
     frame = combined.dropna(subset=["efficiency"]).copy()
     frame["series"] = [
         f"{FRAMEWORK_LABELS.get(f, f)}, {n} host{'s' if n > 1 else ''}"
         for f, n in zip(frame["framework"], frame["nodes"], strict=True)
     ]
-    _lines(ax, frame, "gpus", "series", str, y="efficiency", err=None)
-    if not frame.empty:
-        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ideal")
-    _integer_ticks(ax, frame["gpus"])
-    ax.set(xlabel="GPUs (all hosts)", ylabel="Weak-scaling efficiency (speed-up / GPUs)")
-    _finish(fig, ax, paths, "Weak-scaling efficiency against each framework's 1-GPU run", note)
+    fig, panels = _panels(frame)
+    for ax, variant in panels:
+        _lines(ax, variant, "gpus", "series", str, y="efficiency", err=None)
+        if not variant.empty:
+            ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ideal")
+        _integer_ticks(ax, variant["gpus"])
+        ax.set(xlabel="GPUs (all hosts)", ylabel="Weak-scaling efficiency (speed-up / GPUs)")
+    _finish(fig, panels, paths, "Weak-scaling efficiency against each framework's 1-GPU run", note)
 
 
 def frameworks(combined: pd.DataFrame, paths: list[str], note=None):
     """Table I as a plot: frameworks on one node vs GPUs."""
-    fig, ax = _setup()
     part = combined[combined["nodes"] == 1].copy()
     part["order"] = part["framework"].map(FRAMEWORK_ORDER.index)
-    _lines(
-        ax,
-        part.sort_values("order"),
-        "gpus_per_node",
-        "order",
-        lambda i: FRAMEWORK_LABELS[FRAMEWORK_ORDER[i]],
-    )
-    _integer_ticks(ax, part["gpus_per_node"])
-    ax.set(xlabel="GPUs (one host)", ylabel=THROUGHPUT)
-    _finish(fig, ax, paths, "Horovod vs TensorFlow on one host", note)
+    fig, panels = _panels(part)
+    for ax, variant in panels:
+        _lines(
+            ax,
+            variant,
+            "gpus_per_node",
+            "order",
+            lambda i: FRAMEWORK_LABELS[FRAMEWORK_ORDER[i]],
+        )
+        _integer_ticks(ax, variant["gpus_per_node"])
+        ax.set(xlabel="GPUs (one host)", ylabel=THROUGHPUT)
+    _finish(fig, panels, paths, "Horovod vs TensorFlow on one host", note)
+
+
+def utilisation(combined: pd.DataFrame, paths: list[str], note=None):
+    """Model FLOPs utilisation vs total GPUs, per framework and host count."""
+    frame = combined.dropna(subset=["mfu"]).copy()
+    frame["series"] = [
+        f"{FRAMEWORK_LABELS.get(f, f)}, {n} host{'s' if n > 1 else ''}"
+        for f, n in zip(frame["framework"], frame["nodes"], strict=True)
+    ]
+    fig, panels = _panels(frame)
+    for ax, variant in panels:
+        _lines(ax, variant, "gpus", "series", str, y="mfu", err=None)
+        _integer_ticks(ax, variant["gpus"])
+        ax.set(xlabel="GPUs (all hosts)", ylabel="MFU (achieved / peak FLOP/s)")
+    if frame.empty and len(combined):
+        devices = ", ".join(sorted(set(combined["device"])))
+        why = f"No MFU: the peak of this study's devices ({devices}) is not in trainscale.flops."
+        note = f"{why} {note}" if note else why
+    _finish(fig, panels, paths, "Model FLOPs utilisation", note)
 
 
 def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], note=None):
     """Measured and reference throughput at the grid points both have."""
-    fig, ax = _setup()
     measured = comparison.assign(
         series=[
             f"{FRAMEWORK_LABELS.get(f, f)}, {n}n measured"
@@ -162,12 +235,15 @@ def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], not
         images_per_sec_mean=comparison["reference_images_per_sec_mean"],
         images_per_sec_std=comparison["reference_images_per_sec_std"],
     )
-    _lines(ax, pd.concat([measured, published]), "gpus", "series", str)
-    _integer_ticks(ax, comparison["gpus"])
-    ax.set(xlabel="GPUs (all hosts)", ylabel=THROUGHPUT)
+    both = pd.concat([measured, published])
+    fig, panels = _panels(both)
+    for ax, variant in panels:
+        _lines(ax, variant, "gpus", "series", str)
+        _integer_ticks(ax, variant["gpus"])
+        ax.set(xlabel="GPUs (all hosts)", ylabel=THROUGHPUT)
     mine = ", ".join(sorted(set(comparison["device"])))
     theirs = ", ".join(sorted(set(comparison["reference_device"])))
-    _finish(fig, ax, paths, f"This study ({mine}) vs {reference} ({theirs})", note)
+    _finish(fig, panels, paths, f"This study ({mine}) vs {reference} ({theirs})", note)
 
 
 def write_figures(
@@ -205,6 +281,7 @@ def write_figures(
     weak_scaling_gpus(combined, framework, paths("weak_scaling_gpus"), note)
     efficiency(combined, paths("efficiency"), note)
     frameworks(combined, paths("frameworks"), note)
+    utilisation(combined, paths("mfu"), note)
     if reference:
         comparison = reference_table(
             combined, reference_combined(reference, list(reference_records))

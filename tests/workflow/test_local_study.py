@@ -66,6 +66,7 @@ def test_records_tables_and_figures(study):
         "weak_scaling_gpus",
         "efficiency",
         "frameworks",
+        "mfu",
         "vs_reference",
     ):
         for ext in ("png", "pdf"):

@@ -109,9 +109,13 @@ def reference_record_files():
 
 
 TABLES = ["table1", "table2", "efficiency"] + (["vs_reference"] if REFERENCE else [])
-FIGURES = ["weak_scaling_hosts", "weak_scaling_gpus", "efficiency", "frameworks"] + (
-    ["vs_reference"] if REFERENCE else []
-)
+FIGURES = [
+    "weak_scaling_hosts",
+    "weak_scaling_gpus",
+    "efficiency",
+    "frameworks",
+    "mfu",
+] + (["vs_reference"] if REFERENCE else [])
 
 
 def table_files(extensions=("csv", "md", "tex")):
