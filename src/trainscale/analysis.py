@@ -13,6 +13,7 @@ Definitions (also in the README):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -21,6 +22,13 @@ import numpy as np
 import pandas as pd
 
 from trainscale.records import read_record
+from trainscale.settings import RunSettings
+
+SETTING_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(RunSettings)
+    if f.default is not dataclasses.MISSING
+}
 
 POINT = ["framework", "model", "dataset", "image_size", "batch_size", "nodes", "gpus_per_node"]
 SETTING = ["framework", "model", "dataset", "image_size", "batch_size", "device"]
@@ -140,7 +148,8 @@ def check_record(path: str, expected: dict | None = None) -> dict:
                 f"{path}: the record is of another grid point than its path ({wrong})"
             )
     if expected is not None and record.get("source", "measured") == "measured":
-        measured = record.get("settings") or {}
+        # A setting newer than the record was at its default when it was measured.
+        measured = {**SETTING_DEFAULTS, **(record.get("settings") or {})}
         differ = sorted(k for k, v in expected.items() if k != "data_dir" and measured.get(k) != v)
         if differ:
             shown = ", ".join(f"{k}={measured.get(k)!r} (config: {expected[k]!r})" for k in differ)
@@ -205,6 +214,8 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
     with no numbers and its status (`oom`, `timeout`, `failed`), so the tables
     can say why its cell is empty.
     """
+    # Tidy tables written before MFU existed have no such columns.
+    tidy = tidy.assign(**{c: np.nan for c in ("achieved_tflops", "mfu") if c not in tidy})
     keys = POINT + ["device", "gpus"]
     columns = keys + [
         "images_per_sec_mean",

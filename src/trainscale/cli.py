@@ -79,6 +79,32 @@ def _options() -> argparse.ArgumentParser:
         default=defaults.horovod_launcher,
         help=f"how `run` starts Horovod ranks: {', '.join(HOROVOD_LAUNCHERS)}",
     )
+    comms = p.add_argument_group("communication")
+    comms.add_argument(
+        "--horovod-compression",
+        default=defaults.horovod_compression,
+        help="gradients on the wire: none, or fp16 (hvd.Compression.fp16)",
+    )
+    comms.add_argument(
+        "--horovod-fusion-threshold-mb",
+        type=float,
+        default=defaults.horovod_fusion_threshold_mb,
+        metavar="MB",
+        help="Horovod's tensor fusion buffer (HOROVOD_FUSION_THRESHOLD); 0 turns fusion off",
+    )
+    comms.add_argument(
+        "--collective-implementation",
+        default=defaults.collective_implementation,
+        help="tf-multiworker's all-reduce: auto (NCCL on GPUs, RING on CPUs), ring or nccl",
+    )
+    comms.add_argument(
+        "--all-reduce-pack-mb",
+        type=float,
+        default=defaults.all_reduce_pack_mb,
+        metavar="MB",
+        help="tf-multiworker: all-reduce gradients in packs of this size "
+        "(CommunicationOptions.bytes_per_pack); 0: TensorFlow decides",
+    )
     out = p.add_argument_group("output")
     out.add_argument("--output", help="where the JSON record goes (written atomically)")
     out.add_argument(

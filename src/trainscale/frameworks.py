@@ -170,6 +170,9 @@ class Horovod(Framework):
         self.hvd = hvd
         if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
             os.environ.update(horovod_env_from_slurm())
+        # Read by Horovod's background thread when it starts, in hvd.init().
+        threshold = round(self.settings.horovod_fusion_threshold_mb * 2**20)
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(threshold)
         hvd.init()
         configure_host(self.settings, hvd.local_size())
         self.num_processes, self.process_index = hvd.size(), hvd.rank()
@@ -198,7 +201,10 @@ class Horovod(Framework):
 
     def wrap_tape(self, tape):
         # Sum, not Average: each rank's loss is already divided by the global batch.
-        return self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum)
+        compression = {"none": self.hvd.Compression.none, "fp16": self.hvd.Compression.fp16}
+        return self.hvd.DistributedGradientTape(
+            tape, op=self.hvd.Sum, compression=compression[self.settings.horovod_compression]
+        )
 
     def after_first_step(self, model, optimizer) -> None:
         # Horovod's pattern: broadcast after the first step, once the
@@ -310,14 +316,20 @@ class MultiWorker(Strategy):
         configure_host(self.settings, self.settings.processes_per_node())
         if self.settings.device == "gpu":
             _require_gpus(self.settings.gpus_per_node, f"tf-multiworker worker {resolver.task_id}")
-            implementation = tf.distribute.experimental.CommunicationImplementation.NCCL
-        else:
-            implementation = tf.distribute.experimental.CommunicationImplementation.RING
+        choice = self.settings.collective_implementation
+        if choice == "auto":
+            choice = "nccl" if self.settings.device == "gpu" else "ring"
+        implementation = {
+            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+            "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+        }[choice]
         # Without a timeout a stalled (not dead) worker holds the others in a
         # collective for ever: TF's peer health check does not notice it.
         timeout = float(os.environ.get("TRAINSCALE_COLLECTIVE_TIMEOUT_SECONDS", 0)) or None
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=implementation, timeout_seconds=timeout
+            implementation=implementation,
+            timeout_seconds=timeout,
+            bytes_per_pack=round(self.settings.all_reduce_pack_mb * 2**20),
         )
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=options

@@ -21,6 +21,10 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 # How Horovod ranks are started: MPI (mpirun here, srun --mpi=pmix under SLURM)
 # or Gloo (horovodrun --gloo here, srun with a rendezvous server under SLURM).
 HOROVOD_LAUNCHERS = ("mpi", "gloo")
+# Horovod's gradient compression on the wire (hvd.Compression.none / .fp16).
+HOROVOD_COMPRESSIONS = ("none", "fp16")
+# MultiWorkerMirrored's all-reduce: auto is NCCL on GPUs and RING on CPUs.
+COLLECTIVE_IMPLEMENTATIONS = ("auto", "ring", "nccl")
 
 # Smallest input side each model accepts (Keras' own limits for the
 # applications; small_cnn needs two 5x5 convolutions and two 2x2 poolings).
@@ -64,6 +68,11 @@ class RunSettings:
     xla: bool = False
     augment: bool = True
     horovod_launcher: str = "mpi"
+    # Communication knobs (seed 001: they can change which framework wins).
+    horovod_compression: str = "none"
+    horovod_fusion_threshold_mb: float = 64.0  # Horovod's default; 0 turns fusion off
+    collective_implementation: str = "auto"  # tf-multiworker
+    all_reduce_pack_mb: float = 0.0  # tf-multiworker bytes_per_pack; 0: TensorFlow decides
 
     @property
     def replicas(self) -> int:
@@ -151,6 +160,23 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
             f"--horovod-launcher {s.horovod_launcher!r} is unknown; "
             f"choose one of {', '.join(HOROVOD_LAUNCHERS)}"
         )
+    if s.horovod_compression not in HOROVOD_COMPRESSIONS:
+        raise SettingsError(
+            f"--horovod-compression {s.horovod_compression!r} is unknown; "
+            f"choose one of {', '.join(HOROVOD_COMPRESSIONS)}"
+        )
+    if s.collective_implementation not in COLLECTIVE_IMPLEMENTATIONS:
+        raise SettingsError(
+            f"--collective-implementation {s.collective_implementation!r} is unknown; "
+            f"choose one of {', '.join(COLLECTIVE_IMPLEMENTATIONS)}"
+        )
+    if s.collective_implementation == "nccl" and s.device != "gpu":
+        raise SettingsError("--collective-implementation nccl needs --device gpu")
+    for name in ("horovod_fusion_threshold_mb", "all_reduce_pack_mb"):
+        if not getattr(s, name) >= 0:
+            raise SettingsError(
+                f"--{name.replace('_', '-')} must be zero or positive, got {getattr(s, name)}"
+            )
     for name in ("nodes", "gpus_per_node", "batch_size", "image_size", "iterations"):
         _positive(name.replace("_", "-"), getattr(s, name))
     _positive("steps-per-iteration", s.steps_per_iteration)

@@ -29,6 +29,23 @@ from conftest import trainscale
         (["--framework", "horovod", "--batch-size", "x"], "argument --batch-size: invalid int"),
         (["--framework", "horovod", "--precision", "fp8"], "--precision 'fp8' is unknown"),
         (["--framework", "horovod", "--learning-rate", "0"], "--learning-rate must be positive"),
+        (["--framework", "horovod", "--horovod-compression", "gzip"], "'gzip' is unknown"),
+        (
+            ["--framework", "horovod", "--horovod-fusion-threshold-mb", "-1"],
+            "--horovod-fusion-threshold-mb must be zero or positive",
+        ),
+        (
+            [
+                "--framework",
+                "tf-multiworker",
+                "--device",
+                "cpu",
+                "--collective-implementation",
+                "nccl",
+            ],
+            "--collective-implementation nccl needs --device gpu",
+        ),
+        (["--framework", "horovod", "--collective-timeout", "-5"], "--collective-timeout must"),
     ],
 )
 @pytest.mark.parametrize("command", ["train", "run"])

@@ -19,7 +19,7 @@ ATOL = 2e-6
 GLOBAL_BATCH = 8
 
 
-def _train(tmp_path, cifar_dir, framework, replicas):
+def _train(tmp_path, cifar_dir, framework, replicas, *options):
     weights = tmp_path / f"{framework}.npz"
     output = tmp_path / f"{framework}.json"
     trainscale(
@@ -54,6 +54,7 @@ def _train(tmp_path, cifar_dir, framework, replicas):
         str(output),
         "--save-weights",
         str(weights),
+        *options,
         check=True,
         timeout=600,
     )
@@ -86,3 +87,33 @@ def test_two_replicas_match_one_device_on_the_full_batch(tmp_path, cifar_dir, re
     difference = max(float(np.max(np.abs(a - b))) for a, b in zip(single_final, final, strict=True))
     print(f"{framework}: max |w - w_single| = {difference:.3e} (weights moved {moved:.3e})")
     assert difference <= ATOL
+
+
+# Communication knobs that must not change the arithmetic (fusion, packing,
+# the all-reduce algorithm), and one that must: fp16 compression rounds every
+# gradient to half precision on the wire, so the update is close but not equal.
+KNOBS = [
+    ("horovod", ["--horovod-fusion-threshold-mb", "0"], False),
+    ("tf-multiworker", ["--collective-implementation", "ring", "--all-reduce-pack-mb", "1"], False),
+    ("horovod", ["--horovod-compression", "fp16"], True),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("framework", "options", "changes_numbers"), KNOBS)
+def test_communication_knobs_change_the_numbers_only_where_they_should(
+    tmp_path, cifar_dir, reference, framework, options, changes_numbers
+):
+    _, single_final = reference
+    _, final = _train(tmp_path, cifar_dir, framework, 2, *options)
+    largest = max(float(np.max(np.abs(a - b))) for a, b in zip(single_final, final, strict=True))
+    print(f"{framework} {' '.join(options)}: max |dw| {largest:.2e}")
+    if changes_numbers:
+        assert ATOL < largest < 1e-3
+    else:
+        assert largest < ATOL
+    record = load_json(tmp_path / f"{framework}.json")
+    recorded = record["settings"]
+    for flag, value in zip(options[::2], options[1::2], strict=True):
+        key = flag[2:].replace("-", "_")
+        assert str(recorded[key]) == value or recorded[key] == pytest.approx(float(value))

@@ -130,7 +130,10 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     assert "--mpi=pmix" in argv and argv[argv.index("--expect-cuda-devices") + 1] == "1"
     mirrored = RunSettings(framework="tf-mirrored", gpus_per_node=4, dataset="synthetic")
     [(argv, _)] = process_plan(mirrored, "r.json", requested_gpus_per_node=4)
-    assert argv[0] != "srun"  # one process: the job's batch step itself
+    # One process is a step of its own too (SLURM then marks the step, not
+    # the job, OUT_OF_MEMORY), holding all 4 GPUs.
+    assert argv[:4] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1"]
+    assert "--gres=gpu:4" in argv
     assert argv[argv.index("--expect-cuda-devices") + 1] == "4"
 
 

@@ -112,6 +112,16 @@ BAD = [
         "--image-size 8 is below small_cnn's minimum of 16",
     ),
     ("unknown device", edit(["benchmark", "device"], "tpu"), "config key benchmark.device"),
+    (
+        "unknown compression",
+        edit(["benchmark", "horovod_compression"], "gzip"),
+        "config key benchmark.horovod_compression",
+    ),
+    (
+        "negative fusion buffer",
+        edit(["benchmark", "horovod_fusion_threshold_mb"], -1),
+        "config key benchmark.horovod_fusion_threshold_mb",
+    ),
     ("unknown dataset", edit(["benchmark", "dataset"], "imagenet"), "config key benchmark.dataset"),
     ("zero iterations", edit(["benchmark", "iterations"], 0), "config key benchmark.iterations"),
     (
