@@ -11,7 +11,7 @@ LOCAL_STUDY ?= results/local-cpu
 NODES ?= 2
 
 .PHONY: help setup system slurm-packages train-env analysis-env demo demo-harness test test-fast \
-	test-slurm slurm-lab-up slurm-lab-down lint format clean
+	test-slurm slurm-lab-up slurm-lab-down lint format clean bench
 
 help:
 	@echo "make demo       the scaled-down study on this machine's CPU (the main job)"
@@ -20,6 +20,7 @@ help:
 	@echo "make test-fast  the tests that train no model end to end"
 	@echo "make test-slurm only the tests on the SLURM lab cluster (started and stopped by them)"
 	@echo "make slurm-lab-up NODES=n / make slurm-lab-down   a SLURM cluster on this machine (root)"
+	@echo "make bench      the harness's overhead ratios and the workflow at scale (bench/results.json)"
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
 	@echo "make setup      install system packages and both environments"
 
@@ -55,6 +56,10 @@ demo: train-env analysis-env
 demo-harness: train-env
 	TRAIN_VENV=$(TRAIN_VENV) DEMO_DIR=$(DEMO_DIR) bash tools/demo-harness.sh
 
+# Ratios measured side by side in one run (bench/run.py); prints, never fails on a goal.
+bench: train-env analysis-env
+	$(VENV)/bin/python bench/run.py
+
 # Two environments, two pytest runs: the harness under TensorFlow, the
 # workflow (real Snakemake, which itself trains through .venv-train) under .venv.
 # The SLURM tests start the lab cluster themselves (and stop it after).
@@ -70,14 +75,14 @@ test-fast: train-env analysis-env
 	$(VENV)/bin/python -m pytest -m "not slow" tests/workflow
 
 lint: train-env analysis-env
-	$(TRAIN_VENV)/bin/ruff check src tests tools workflow/scripts
-	$(TRAIN_VENV)/bin/ruff format --check src tests tools workflow/scripts
+	$(TRAIN_VENV)/bin/ruff check src tests tools bench workflow/scripts
+	$(TRAIN_VENV)/bin/ruff format --check src tests tools bench workflow/scripts
 	$(VENV)/bin/snakefmt --check Snakefile workflow
 	$(VENV)/bin/snakemake --lint
 
 format: train-env analysis-env
-	$(TRAIN_VENV)/bin/ruff format src tests tools workflow/scripts
-	$(TRAIN_VENV)/bin/ruff check --fix src tests tools workflow/scripts
+	$(TRAIN_VENV)/bin/ruff format src tests tools bench workflow/scripts
+	$(TRAIN_VENV)/bin/ruff check --fix src tests tools bench workflow/scripts
 	$(VENV)/bin/snakefmt Snakefile workflow
 
 clean:

@@ -97,9 +97,12 @@ def build_train_step(framework: Framework, model, optimizer, settings: RunSettin
         optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         return loss
 
+    # The step takes the iterator and draws its batch inside the compiled
+    # function, as Keras's train function does: no Python-side next() and no
+    # argument conversion per step (10% of a small model's step on a CPU).
     @tf.function
-    def train_step(batch):
-        return framework.run(replica_step, batch)
+    def train_step(iterator):
+        return framework.run(replica_step, next(iterator))
 
     return train_step
 
@@ -223,7 +226,7 @@ def train(
     if framework.is_chief:
         log(f"{who}: warm-up, {settings.warmup_steps} step(s)")
     for step in range(settings.warmup_steps):
-        loss = train_step(next(iterator))
+        loss = train_step(iterator)
         if step == 0:
             framework.after_first_step(model, optimizer)
     float(loss)
@@ -240,7 +243,7 @@ def train(
     for block in range(settings.iterations):
         block_clock = Stopwatch()
         for _ in range(settings.steps_per_iteration):
-            loss = train_step(next(iterator))
+            loss = train_step(iterator)
         # Reading the loss waits for the last step: the device sync that ends
         # the block. Nothing else leaves the device inside the timed region.
         loss_value = float(loss)

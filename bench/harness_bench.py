@@ -1,0 +1,235 @@
+"""The harness's own overhead, measured: ratios of runs made side by side.
+
+Run by bench/run.py with the training environment (.venv-train); prints one
+JSON object on stdout. Every ratio compares measurements made in this one
+invocation, alternating (A, B, A, B, ...), and takes medians, so slow drift
+of the machine hits both sides alike: timed blocks interleaved in one process
+where both sides can live in one process (harness vs Keras, CIFAR-100 vs
+synthetic input), whole `trainscale run` processes where they cannot (each
+framework's launcher, one replica).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from trainscale.data import cifar100_dataset, generate_cifar100, load_cifar100  # noqa: E402
+from trainscale.frameworks import create_framework  # noqa: E402
+from trainscale.models import build_model  # noqa: E402
+from trainscale.settings import RunSettings  # noqa: E402
+from trainscale.training import build_train_step, make_dataset_fn, make_optimizer  # noqa: E402
+
+
+def interleaved_blocks(blocks: dict, rounds: int) -> dict[str, list[float]]:
+    """Call each block function once per round, A, B, A, B, ...: each returns the
+    images/sec of one timed block. Interleaving blocks, not whole runs, makes a
+    ratio immune to the machine's drift (a 2-core VM's neighbours come and go)."""
+    for block in blocks.values():  # trace and warm up, untimed
+        block()
+    rates: dict[str, list[float]] = {name: [] for name in blocks}
+    for _ in range(rounds):
+        for name, block in blocks.items():
+            rates[name].append(block())
+    for name, values in rates.items():
+        print(f"bench: {name}: median {median(values):.1f} img/s", file=sys.stderr, flush=True)
+    return rates
+
+
+def _timed_block(step, steps: int, images: int):
+    def block() -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            loss = step()
+        float(loss)  # the device sync that ends a block, as in the harness
+        return images / (time.perf_counter() - start)
+
+    return block
+
+
+def harness_step(settings: RunSettings, dataset_fn=None):
+    """The harness's own compiled training step (training.build_train_step) on its
+    framework, model and optimizer: returns a function running one step."""
+    framework = create_framework(settings)
+    tf.keras.utils.set_random_seed(settings.seed)
+    with framework.scope():
+        model = build_model(settings.model, settings.image_size, settings.num_classes)
+        optimizer = make_optimizer(settings)
+    step = build_train_step(framework, model, optimizer, settings)
+    batches = framework.make_iterator(dataset_fn or make_dataset_fn(settings))
+    return lambda: step(batches)
+
+
+def keras_step(settings: RunSettings):
+    """Keras's compiled train step, what `model.fit` calls once per step, on the
+    same model, optimizer, loss, data and batch; returns a function running one step."""
+    tf.keras.utils.set_random_seed(settings.seed)
+    model = build_model(settings.model, settings.image_size, settings.num_classes)
+    model.compile(
+        optimizer=make_optimizer(settings),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    train_function = model.make_train_function()
+    batches = iter(make_dataset_fn(settings)(0, 1, settings.batch_size))
+    return lambda: train_function(batches)["loss"]
+
+
+def pipeline_rate(data_dir: str, batch_size: int, batches: int = 300) -> float:
+    """images/sec the CIFAR-100 input pipeline alone delivers (augmentation on)."""
+    images, labels = load_cifar100(data_dir)
+    dataset = cifar100_dataset(
+        images, labels, shard_index=0, num_shards=1, batch_size=batch_size, seed=1, augment=True
+    )
+    iterator = iter(dataset)
+    for _ in range(20):  # fill the cache and the prefetch buffer
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return batches * batch_size / (time.perf_counter() - start)
+
+
+def run_framework(settings: RunSettings, framework: str, output: str) -> dict:
+    """One `trainscale run` of `framework` with one replica, timed from outside."""
+    one = dataclasses.replace(settings, framework=framework, gpus_per_node=1, nodes=1)
+    command = [sys.executable, "-m", "trainscale", "run", *one.to_cli_args(), "--output", output]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    with open(output) as handle:
+        record = json.load(handle)
+    return {
+        "images_per_sec": record["images_per_sec"]["mean"],
+        "block_rates": record["images_per_sec"]["samples"],
+        "wall_seconds": wall,
+        # The issue's fixed cost: from the training process's start (interpreter,
+        # imports, framework set-up and rendezvous, model build, tracing,
+        # warm-up) to its first timed step, as the record measures it.
+        "fixed_seconds": record["seconds_to_first_timed_step"],
+        # What the launcher adds around it (mpirun, local workers, the record).
+        "wall_outside_timed_seconds": wall - record["timed_seconds"],
+        "startup_seconds": record["startup_seconds"],
+    }
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    measure = dict(warmup_steps=2, iterations=4, steps_per_iteration=8, device=args.device)
+    results: dict = {"harness_vs_keras": {}}
+    work = tempfile.mkdtemp(prefix="trainscale-bench-")
+
+    rounds = 3 * args.repeats
+
+    # 1. Harness vs Keras, same process, blocks interleaved; blocks of about
+    # 2 s each (the small CNN's steps take milliseconds).
+    for model, steps in (("small_cnn", 256), ("vgg16", 8)):
+        images = 32 * steps
+        settings = RunSettings(
+            framework="tf-single", model=model, batch_size=32, image_size=32,
+            dataset="synthetic", **measure,
+        )  # fmt: skip
+        rates = interleaved_blocks(
+            {
+                "harness": _timed_block(harness_step(settings), steps, images),
+                "keras": _timed_block(keras_step(settings), steps, images),
+            },
+            rounds,
+        )
+        results["harness_vs_keras"][model] = {
+            "harness_images_per_sec": median(rates["harness"]),
+            "keras_fit_images_per_sec": median(rates["keras"]),
+            "ratio": median(rates["harness"]) / median(rates["keras"]),
+            "block_rates": rates,
+        }
+
+    # 3. Input headroom: the CIFAR-100 pipeline alone, and training on it
+    # against training on synthetic batches (VGG-16, the study's model), one
+    # model fed by the two pipelines in interleaved blocks.
+    data_dir = os.path.join(work, "data")
+    generate_cifar100(data_dir, 2048, seed=0)
+    vgg = RunSettings(framework="tf-single", model="vgg16", batch_size=32, image_size=32, **measure)
+    steps = measure["steps_per_iteration"]
+    images = vgg.batch_size * steps
+    cifar = dataclasses.replace(vgg, dataset="cifar100", data_dir=data_dir)
+    synthetic = dataclasses.replace(vgg, dataset="synthetic")
+    framework = create_framework(cifar)
+    with framework.scope():
+        model = build_model(vgg.model, vgg.image_size, vgg.num_classes)
+        optimizer = make_optimizer(vgg)
+    step = build_train_step(framework, model, optimizer, vgg)
+    cifar_batches = framework.make_iterator(make_dataset_fn(cifar))
+    synthetic_batches = framework.make_iterator(make_dataset_fn(synthetic))
+    rates = interleaved_blocks(
+        {
+            "cifar100": _timed_block(lambda: step(cifar_batches), steps, images),
+            "synthetic": _timed_block(lambda: step(synthetic_batches), steps, images),
+        },
+        rounds,
+    )
+    pipeline = [pipeline_rate(data_dir, vgg.batch_size) for _ in range(args.repeats)]
+    results["input"] = {
+        "pipeline_images_per_sec": median(pipeline),
+        "cifar100_training_images_per_sec": median(rates["cifar100"]),
+        "synthetic_training_images_per_sec": median(rates["synthetic"]),
+        "headroom": median(pipeline) / median(rates["cifar100"]),
+        "cifar100_over_synthetic": median(rates["cifar100"]) / median(rates["synthetic"]),
+        "block_rates": {**rates, "pipeline": pipeline},
+    }
+
+    # 2 and 4. One replica through each framework's real launch path
+    # (mpirun for Horovod, TF_CONFIG for MultiWorker), alternating.
+    frameworks = ("tf-single", "horovod", "tf-mirrored", "tf-multiworker")
+    runs = {name: [] for name in frameworks}
+    for _ in range(2):
+        for name in frameworks:
+            longer = dataclasses.replace(synthetic, iterations=8)
+            runs[name].append(run_framework(longer, name, os.path.join(work, f"{name}.json")))
+            print(f"bench: {name} 1 replica: {runs[name][-1]}", file=sys.stderr, flush=True)
+
+    # Medians over every block of both rounds.
+    def rate(name):
+        return median([x for run in runs[name] for x in run["block_rates"]])
+
+    results["one_replica"] = {
+        name: {
+            "images_per_sec": rate(name),
+            "ratio_to_tf_single": rate(name) / rate("tf-single"),
+            "fixed_seconds": median([r["fixed_seconds"] for r in runs[name]]),
+            "wall_outside_timed_seconds": median(
+                [r["wall_outside_timed_seconds"] for r in runs[name]]
+            ),
+            "startup_seconds_in_process": median([r["startup_seconds"] for r in runs[name]]),
+            "samples": runs[name],
+        }
+        for name in frameworks
+    }
+    results["settings"] = {
+        "model": "vgg16/small_cnn",
+        "batch_size": 32,
+        "image_size": 32,
+        **measure,
+    }
+    json.dump(results, sys.stdout, indent=2)
+
+
+if __name__ == "__main__":
+    main()

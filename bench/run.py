@@ -1,0 +1,194 @@
+"""`make bench`: trainscale's own overhead as ratios, and the workflow at scale.
+
+    .venv/bin/python bench/run.py [--repeats N] [--device cpu|gpu] [--output bench/results.json]
+
+Runs bench/harness_bench.py under the training environment and
+bench/workflow_bench.py under this (analysis) one, prints a table of ratios
+against their goals, and writes every figure with the machine it was measured
+on to bench/results.json. It never fails on a missed goal: it reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+def machine(train_python: str) -> dict:
+    versions = subprocess.run(
+        [
+            train_python,
+            "-c",
+            "import json, tensorflow as tf, horovod, numpy;"
+            "print(json.dumps({'tensorflow': tf.__version__, 'horovod': horovod.__version__,"
+            " 'numpy': numpy.__version__,"
+            " 'gpus': [d.name for d in tf.config.list_physical_devices('GPU')]}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    ).stdout
+    cpu_model = ""
+    with open("/proc/cpuinfo") as handle:
+        for line in handle:
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "host": platform.node(),
+        "cores": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "python": platform.python_version(),
+        **json.loads(versions.strip().splitlines()[-1]),
+    }
+
+
+def run_json(command: list[str]) -> dict:
+    print("bench:", " ".join(command), file=sys.stderr, flush=True)
+    result = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def vs(measured: float, against: float) -> str:
+    return f"{measured:.1f} vs {against:.1f} img/s"
+
+
+def rows(results: dict) -> list[tuple[str, float, str, str]]:
+    """(what, measured, goal, numbers behind it)."""
+    harness, one, data, flow = (
+        results["harness"]["harness_vs_keras"],
+        results["harness"]["one_replica"],
+        results["harness"]["input"],
+        results["workflow"],
+    )
+    out = []
+    for model, entry in harness.items():
+        out.append(
+            (
+                f"harness / model.fit, {model}",
+                entry["ratio"],
+                ">= 1.00",
+                vs(entry["harness_images_per_sec"], entry["keras_fit_images_per_sec"]),
+            )
+        )
+    for name in ("horovod", "tf-mirrored", "tf-multiworker"):
+        out.append(
+            (
+                f"{name} (1 replica) / tf-single",
+                one[name]["ratio_to_tf_single"],
+                ">= 0.97",
+                vs(one[name]["images_per_sec"], one["tf-single"]["images_per_sec"]),
+            )
+        )
+    out.append(
+        (
+            "input pipeline / training consumption",
+            data["headroom"],
+            ">= 3",
+            vs(data["pipeline_images_per_sec"], data["cifar100_training_images_per_sec"]),
+        )
+    )
+    out.append(
+        (
+            "cifar100 training / synthetic training",
+            data["cifar100_over_synthetic"],
+            ">= 0.95",
+            vs(data["cifar100_training_images_per_sec"], data["synthetic_training_images_per_sec"]),
+        )
+    )
+    for name, entry in one.items():
+        out.append(
+            (
+                f"process start to first timed step, {name} (s)",
+                entry["fixed_seconds"],
+                "(reported)",
+                f"set-up to warm-up {entry['startup_seconds_in_process']:.1f} s; "
+                f"launch wall outside timing {entry['wall_outside_timed_seconds']:.1f} s",
+            )
+        )
+    dag = flow["dry_run"]
+    out.append(
+        (
+            f"snakemake -n, {dag['train_jobs']} jobs (s)",
+            dag["wall_seconds"],
+            "< 15",
+            f"peak {dag['peak_mib']:.0f} MiB",
+        )
+    )
+    analysis = flow["analysis"]
+    stages = ", ".join(f"{k} {v:.1f}" for k, v in analysis["seconds"].items())
+    out.append(
+        (
+            f"collect+tables+figures, {analysis['records']} records (s)",
+            analysis["total_seconds"],
+            "< 10, < 1024 MiB",
+            f"{stages}; peak {analysis['peak_mib']:.0f} MiB",
+        )
+    )
+    return out
+
+
+def met(value: float, goal: str) -> str:
+    if goal.startswith(">="):
+        return "yes" if value >= float(goal.split()[1]) else "NO"
+    if goal.startswith("<"):
+        return "yes" if value < float(goal.split()[1].rstrip(",")) else "NO"
+    return ""
+
+
+def table(results: dict) -> str:
+    lines = ["| measured | value | goal | met | from |", "|---|---:|---|---|---|"]
+    for what, value, goal, detail in rows(results):
+        lines.append(f"| {what} | {value:.3f} | {goal} | {met(value, goal)} | {detail} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    parser.add_argument(
+        "--train-python", default=os.path.join(REPO, ".venv-train", "bin", "python")
+    )
+    parser.add_argument("--output", default=os.path.join(HERE, "results.json"))
+    args = parser.parse_args()
+
+    start = time.perf_counter()
+    results = {
+        "machine": machine(args.train_python),
+        "command": " ".join(sys.argv),
+        "harness": run_json(
+            [
+                args.train_python,
+                os.path.join(HERE, "harness_bench.py"),
+                "--repeats",
+                str(args.repeats),
+                "--device",
+                args.device,
+            ]
+        ),
+        "workflow": run_json([sys.executable, os.path.join(HERE, "workflow_bench.py")]),
+    }
+    results["wall_seconds"] = time.perf_counter() - start
+    results["table"] = table(results)
+    from trainscale.records import atomic_write_json
+
+    atomic_write_json(args.output, results)
+    m = results["machine"]
+    print(f"\ntrainscale bench on {m['host']}: {m['cores']} cores, {m['cpu_model']}, ")
+    print(f"TensorFlow {m['tensorflow']}, Horovod {m['horovod']}, GPUs {m['gpus'] or 'none'}\n")
+    print(results["table"])
+    print(f"\n{results['wall_seconds']:.0f} s; written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()
