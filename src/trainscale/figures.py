@@ -124,13 +124,27 @@ def _plural(count, word: str) -> str:
     return f"{count} {word}{'s' if count > 1 else ''}"
 
 
+def _host_series(frame: pd.DataFrame) -> list[str]:
+    """'Horovod, 2 hosts': one line per framework and host count."""
+    return [
+        f"{FRAMEWORK_LABELS.get(f, f)}, {_plural(n, 'host')}"
+        for f, n in zip(frame["framework"], frame["nodes"], strict=True)
+    ]
+
+
+def _plot(frame, x, hue, label, xlabel, ylabel, y="images_per_sec_mean", err="images_per_sec_std"):
+    """Every figure's body: its panels, one line per `hue` value in each."""
+    fig, panels = _panels(frame)
+    for ax, variant in panels:
+        _lines(ax, variant, x, hue, label, y=y, err=err)
+        _integer_ticks(ax, variant[x])
+        ax.set(xlabel=xlabel, ylabel=ylabel)
+    return fig, panels
+
+
 def _weak_scaling(combined, framework, paths, note, x, lines, xlabel, line_label, over):
     part = combined[combined["framework"] == framework]
-    fig, panels = _panels(part)
-    for ax, variant in panels:
-        _lines(ax, variant, x, lines, line_label)
-        _integer_ticks(ax, variant[x])
-        ax.set(xlabel=xlabel, ylabel=THROUGHPUT)
+    fig, panels = _plot(part, x, lines, line_label, xlabel, THROUGHPUT)
     label = FRAMEWORK_LABELS.get(framework, framework)
     _finish(fig, panels, paths, f"Weak scaling of {label} with {over}", note)
 
@@ -168,17 +182,14 @@ def weak_scaling_gpus(combined: pd.DataFrame, framework: str, paths: list[str], 
 def efficiency(combined: pd.DataFrame, paths: list[str], note=None):
     """Weak-scaling efficiency vs total GPUs, per framework and host count, with the ideal."""
     frame = combined.dropna(subset=["efficiency"]).copy()
-    frame["series"] = [
-        f"{FRAMEWORK_LABELS.get(f, f)}, {n} host{'s' if n > 1 else ''}"
-        for f, n in zip(frame["framework"], frame["nodes"], strict=True)
-    ]
-    fig, panels = _panels(frame)
+    frame["series"] = _host_series(frame)
+    ylabel = "Weak-scaling efficiency (speed-up / GPUs)"
+    fig, panels = _plot(
+        frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, "efficiency", None
+    )
     for ax, variant in panels:
-        _lines(ax, variant, "gpus", "series", str, y="efficiency", err=None)
         if not variant.empty:
             ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ideal")
-        _integer_ticks(ax, variant["gpus"])
-        ax.set(xlabel="GPUs (all hosts)", ylabel="Weak-scaling efficiency (speed-up / GPUs)")
     _finish(fig, panels, paths, "Weak-scaling efficiency against each framework's 1-GPU run", note)
 
 
@@ -186,32 +197,23 @@ def frameworks(combined: pd.DataFrame, paths: list[str], note=None):
     """Table I as a plot: frameworks on one node vs GPUs."""
     part = combined[combined["nodes"] == 1].copy()
     part["order"] = part["framework"].map(FRAMEWORK_ORDER.index)
-    fig, panels = _panels(part)
-    for ax, variant in panels:
-        _lines(
-            ax,
-            variant,
-            "gpus_per_node",
-            "order",
-            lambda i: FRAMEWORK_LABELS[FRAMEWORK_ORDER[i]],
-        )
-        _integer_ticks(ax, variant["gpus_per_node"])
-        ax.set(xlabel="GPUs (one host)", ylabel=THROUGHPUT)
+    fig, panels = _plot(
+        part,
+        "gpus_per_node",
+        "order",
+        lambda i: FRAMEWORK_LABELS[FRAMEWORK_ORDER[i]],
+        "GPUs (one host)",
+        THROUGHPUT,
+    )
     _finish(fig, panels, paths, "Horovod vs TensorFlow on one host", note)
 
 
 def utilisation(combined: pd.DataFrame, paths: list[str], note=None):
     """Model FLOPs utilisation vs total GPUs, per framework and host count."""
     frame = combined.dropna(subset=["mfu"]).copy()
-    frame["series"] = [
-        f"{FRAMEWORK_LABELS.get(f, f)}, {n} host{'s' if n > 1 else ''}"
-        for f, n in zip(frame["framework"], frame["nodes"], strict=True)
-    ]
-    fig, panels = _panels(frame)
-    for ax, variant in panels:
-        _lines(ax, variant, "gpus", "series", str, y="mfu", err=None)
-        _integer_ticks(ax, variant["gpus"])
-        ax.set(xlabel="GPUs (all hosts)", ylabel="MFU (achieved / peak FLOP/s)")
+    frame["series"] = _host_series(frame)
+    ylabel = "MFU (achieved / peak FLOP/s)"
+    fig, panels = _plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, "mfu", None)
     if frame.empty and len(combined):
         devices = ", ".join(sorted(set(combined["device"])))
         why = f"No MFU: the peak of this study's devices ({devices}) is not in trainscale.flops."
@@ -236,11 +238,7 @@ def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], not
         images_per_sec_std=comparison["reference_images_per_sec_std"],
     )
     both = pd.concat([measured, published])
-    fig, panels = _panels(both)
-    for ax, variant in panels:
-        _lines(ax, variant, "gpus", "series", str)
-        _integer_ticks(ax, variant["gpus"])
-        ax.set(xlabel="GPUs (all hosts)", ylabel=THROUGHPUT)
+    fig, panels = _plot(both, "gpus", "series", str, "GPUs (all hosts)", THROUGHPUT)
     mine = ", ".join(sorted(set(comparison["device"])))
     theirs = ", ".join(sorted(set(comparison["reference_device"])))
     _finish(fig, panels, paths, f"This study ({mine}) vs {reference} ({theirs})", note)
