@@ -264,14 +264,12 @@ def own_log_tail(lines: int = 30) -> str:
 
 def _run(settings: RunSettings, args) -> int:
     from trainscale.launch import in_slurm_job, launch, slurm_job_reason
-    from trainscale.records import read_record
+    from trainscale.records import atomic_write_json, outcome_record, read_record
 
     output = args.output or (
         f"trainscale-{settings.framework}-{settings.model}-n{settings.nodes}"
         f"g{settings.gpus_per_node}-b{settings.batch_size}.json"
     )
-    from trainscale.records import atomic_write_json, outcome_record
-
     result = launch(
         settings,
         output,

@@ -57,6 +57,11 @@ def write_config(repo, name, config):
     return name
 
 
+def profile_args(repo, name, config) -> list[str]:
+    """Write `config` into the repository copy; the arguments that run it on the lab."""
+    return ["--profile", "profiles/slurm", "--configfile", write_config(repo, name, config)]
+
+
 def records(repo, study):
     runs = Path(repo, "results", study, "runs")
     return {str(p.relative_to(runs)): json.loads(p.read_text()) for p in runs.rglob("*.json")}
@@ -77,8 +82,7 @@ EXPECTED = {
 
 def test_every_framework_and_shape_through_the_slurm_profile(lab, tmp_path):
     repo = copy_repository(str(tmp_path / "repo"))
-    config = write_config(repo, "lab.yaml", study_config())
-    args = ["--profile", "profiles/slurm", "--configfile", config]
+    args = profile_args(repo, "lab.yaml", study_config())
     dry = snakemake(repo, "-n", *args)
     assert train_jobs(dry.stdout + dry.stderr) == 8
 
@@ -128,14 +132,7 @@ def test_horovod_over_gloo_across_nodes(lab, tmp_path):
     config = study_config(study="slurm-lab-gloo", benchmark__horovod_launcher="gloo")
     config["benchmark"]["data_dir"] = "results/slurm-lab-gloo/data"
     config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1, 2])
-    result = snakemake(
-        repo,
-        "--profile",
-        "profiles/slurm",
-        "--configfile",
-        write_config(repo, "gloo.yaml", config),
-        timeout=600,
-    )
+    result = snakemake(repo, *profile_args(repo, "gloo.yaml", config), timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     got = records(repo, "slurm-lab-gloo")
     assert got["horovod/small_cnn/b16/n2g1r1.json"]["provenance"]["hosts"] == ["node1", "node2"]
@@ -154,8 +151,7 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_p
     config = study_config(study="slurm-lab-cancel", train_retries=0)
     config["benchmark"].update(data_dir="results/slurm-lab-cancel/data", iterations=30)
     config["grid"].update(framework=["horovod", "tf-single"], nodes=[1, 2], gpus_per_node=[1])
-    name = write_config(repo, "cancel.yaml", config)
-    args = ["--profile", "profiles/slurm", "--configfile", name]
+    args = profile_args(repo, "cancel.yaml", config)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     from conftest import SNAKEMAKE
 
@@ -210,14 +206,7 @@ def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab, tmp_pa
     config["benchmark"].update(data_dir="results/slurm-lab-limit/data", iterations=1000000)
     config["cluster"]["runtime_minutes"] = 1
     config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
-    result = snakemake(
-        repo,
-        "--profile",
-        "profiles/slurm",
-        "--configfile",
-        write_config(repo, "limit.yaml", config),
-        timeout=600,
-    )
+    result = snakemake(repo, *profile_args(repo, "limit.yaml", config), timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     record = records(repo, "slurm-lab-limit")["horovod/small_cnn/b16/n2g1r1.json"]
     assert record["status"] == "timeout" and record["images_per_sec"] is None
@@ -242,7 +231,7 @@ def test_a_job_over_its_slurm_memory_is_recorded_as_oom(lab, tmp_path):
     config["grid"].update(framework=["tf-single"], nodes=[1], gpus_per_node=[1])
     config["grid"].update(model=["vgg16"], batch_size=[64])
     config["cluster"]["mem_mb_per_gpu"] = 900
-    args = ["--profile", "profiles/slurm", "--configfile", write_config(repo, "oom.yaml", config)]
+    args = profile_args(repo, "oom.yaml", config)
     result = snakemake(repo, *args, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     record = records(repo, "slurm-lab-oom")["tf-single/vgg16/b64/n1g1r1.json"]

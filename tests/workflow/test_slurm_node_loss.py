@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SNAKEMAKE, copy_repository
-from test_slurm import LAB, _lab_is_up, records, study_config, write_config
+from test_slurm import LAB, _lab_is_up, profile_args, records, study_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -53,7 +53,7 @@ def test_a_lost_node_fails_the_job_and_the_retry_runs_elsewhere(lab4, tmp_path):
     config["benchmark"].update(data_dir="results/slurm-lab-node-loss/data", iterations=150)
     config["benchmark"]["steps_per_iteration"] = 20
     config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
-    args = ["--profile", "profiles/slurm", "--configfile", write_config(repo, "loss.yaml", config)]
+    args = profile_args(repo, "loss.yaml", config)
     run = subprocess.Popen(
         [SNAKEMAKE, *args],
         cwd=repo,
