@@ -26,6 +26,10 @@ onstart:
     write_study_config()
 
 
+onerror:
+    record_lost_train_jobs()
+
+
 rule all:
     default_target: True
     input:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from trainscale.records import read_record
 from trainscale.settings import RunSettings
+from trainscale.study import KNOB_AXES, knob_text
 
 SETTING_DEFAULTS = {
     f.name: f.default
@@ -30,8 +31,19 @@ SETTING_DEFAULTS = {
     if f.default is not dataclasses.MISSING
 }
 
-POINT = ["framework", "model", "dataset", "image_size", "batch_size", "nodes", "gpus_per_node"]
-SETTING = ["framework", "model", "dataset", "image_size", "batch_size", "device"]
+# `knobs`: the grid's knob axes at a point ('precision=fp16,xla=true'; '' when
+# the grid varies none), read from the record's path (trainscale.study).
+POINT = [
+    "framework",
+    "model",
+    "dataset",
+    "image_size",
+    "batch_size",
+    "knobs",
+    "nodes",
+    "gpus_per_node",
+]
+SETTING = ["framework", "model", "dataset", "image_size", "batch_size", "knobs", "device"]
 FRAMEWORK_ORDER = ["tf-single", "horovod", "tf-mirrored", "tf-multiworker"]
 FRAMEWORK_LABELS = {
     "tf-single": "TensorFlow, 1 device",
@@ -46,6 +58,7 @@ COLUMNS = [
     "dataset",
     "image_size",
     "batch_size",
+    "knobs",
     "nodes",
     "gpus_per_node",
     "gpus",
@@ -64,13 +77,64 @@ COLUMNS = [
     "settings_hash",
     "record",
 ]
-_REPEAT = re.compile(r"r(\d+)\.json$")
+
+
+def parse_knobs(knobs: str) -> list[tuple[str, str]]:
+    """'precision=fp16,xla=true' -> [('precision', 'fp16'), ('xla', 'true')]."""
+    return [tuple(pair.split("=", 1)) for pair in knobs.split(",") if pair]
+
+
+def _join_knobs(pairs) -> str:
+    return ",".join(f"{name}={text}" for name, text in pairs)
+
+
+def add_series(frame: pd.DataFrame) -> pd.DataFrame:
+    """Split each row's knobs into where the tables and figures show them.
+
+    `panel_knobs`: the knobs every framework reads (precision, xla): a table
+    block or figure panel each, like model and batch size, so frameworks are
+    compared at equal settings. `series`: the framework plus the knobs only it
+    reads ('horovod horovod_compression=fp16'): a column or line of its own.
+    """
+    frame = frame.copy()
+    shared, series = [], []
+    for framework, knobs in zip(frame["framework"], frame["knobs"], strict=True):
+        pairs = parse_knobs(knobs)
+        shared.append(_join_knobs(p for p in pairs if KNOB_AXES.get(p[0]) is None))
+        own = _join_knobs(p for p in pairs if framework in (KNOB_AXES.get(p[0]) or ()))
+        series.append(f"{framework} {own}" if own else framework)
+    frame["panel_knobs"] = shared
+    frame["series"] = series
+    return frame
+
+
+def series_label(series: str) -> str:
+    """'horovod horovod_compression=fp16' -> 'Horovod (horovod_compression=fp16)'."""
+    framework, _, own = series.partition(" ")
+    label = FRAMEWORK_LABELS.get(framework, framework)
+    return f"{label} ({own})" if own else label
+
+
+def series_order(series: str) -> tuple:
+    framework, _, own = series.partition(" ")
+    rank = FRAMEWORK_ORDER.index(framework) if framework in FRAMEWORK_ORDER else 99
+    return (rank, framework, own)
+
+
+# .../runs/{framework}/{model}/b{batch}/[{knobs}/]n{nodes}g{gpus}r{repeat}.json
+RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
+
+
+def path_knobs(path: str) -> str:
+    """The knobs folder of a record's path ('' when it has none)."""
+    match = RECORD_PATH.search(path)
+    return (match[4] or "") if match else ""
 
 
 def record_row(study: str, path: str) -> dict:
     record = read_record(path)
     rate = record.get("images_per_sec") or {}
-    match = _REPEAT.search(path)
+    match = RECORD_PATH.search(path)
     gpus = record["nodes"] * record["gpus_per_node"]
     mean = rate.get("mean")
     return {
@@ -80,10 +144,11 @@ def record_row(study: str, path: str) -> dict:
         "dataset": record["dataset"],
         "image_size": record["image_size"],
         "batch_size": record["batch_size"],
+        "knobs": path_knobs(path),
         "nodes": record["nodes"],
         "gpus_per_node": record["gpus_per_node"],
         "gpus": gpus,
-        "repeat": int(match.group(1)) if match else 1,
+        "repeat": int(match[7]) if match else 1,
         "device": record["device"],
         "status": record["status"],
         "images_per_sec_mean": mean,
@@ -136,14 +201,19 @@ def check_record(path: str, expected: dict | None = None) -> dict:
         ) from None
     except ValueError as err:
         raise CollectError(str(err)) from None
-    match = re.search(r"([^/]+)/([^/]+)/b(\d+)/n(\d+)g(\d+)r\d+\.json$", path)
+    match = RECORD_PATH.search(path)
     if match:
         named = dict(
-            zip(GRID_KEYS, (match[1], match[2], *map(int, match.groups()[2:])), strict=True)
+            zip(GRID_KEYS, (match[1], match[2], *map(int, match.group(3, 5, 6))), strict=True)
         )
         found = {key: record.get(key) for key in GRID_KEYS}
+        # The knobs its folder names, as the record's settings have them.
+        measured = {**SETTING_DEFAULTS, **(record.get("settings") or {})}
+        for name, text in parse_knobs(match[4] or ""):
+            named[name] = text
+            found[name] = knob_text(measured.get(name)) if name in measured else None
         if found != named:
-            wrong = {k: found[k] for k in GRID_KEYS if found[k] != named[k]}
+            wrong = {k: found[k] for k in named if found[k] != named[k]}
             raise CollectError(
                 f"{path}: the record is of another grid point than its path ({wrong})"
             )
@@ -214,8 +284,9 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
     with no numbers and its status (`oom`, `timeout`, `failed`), so the tables
     can say why its cell is empty.
     """
-    # Tidy tables written before MFU existed have no such columns.
+    # Tidy tables written before MFU (or knob axes) existed have no such columns.
     tidy = tidy.assign(**{c: np.nan for c in ("achieved_tflops", "mfu") if c not in tidy})
+    tidy = tidy.assign(knobs=tidy["knobs"].fillna("") if "knobs" in tidy else "")
     keys = POINT + ["device", "gpus"]
     columns = keys + [
         "images_per_sec_mean",
@@ -252,9 +323,9 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
                 )
             )
     if not parts:
-        return pd.DataFrame(columns=columns + ["speedup", "efficiency"])
+        return pd.DataFrame(columns=columns + ["speedup", "efficiency", "panel_knobs", "series"])
     combined = pd.concat(parts, ignore_index=True).sort_values(keys, kind="stable")
-    return add_scaling(combined.reset_index(drop=True))
+    return add_series(add_scaling(combined.reset_index(drop=True)))
 
 
 def ok_only(combined: pd.DataFrame) -> pd.DataFrame:
@@ -266,37 +337,42 @@ def ok_only(combined: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------
 
 
-def _frameworks_in(frame: pd.DataFrame) -> list[str]:
-    present = set(frame["framework"])
-    return [f for f in FRAMEWORK_ORDER if f in present]
+def _series_in(frame: pd.DataFrame) -> list[str]:
+    return sorted(set(frame["series"]), key=series_order)
 
 
-VARIANT = ["model", "batch_size"]
+PANEL = ["model", "batch_size", "panel_knobs"]
 
 
-def _per_variant(combined: pd.DataFrame, build) -> pd.DataFrame:
-    """Build a table per (model, batch size) and stack them, those two columns first.
+def _per_panel(combined: pd.DataFrame, build) -> pd.DataFrame:
+    """Build a table per (model, batch size, shared knobs) and stack them, those first.
 
-    The paper's tables hold one model and batch; a study may have several.
+    The paper's tables hold one model and batch; a study may have several, and
+    knob axes every framework reads (precision, XLA). The knobs column is only
+    there when the grid varies such knobs.
     """
     parts = []
-    for (model, batch_size), part in combined.groupby(VARIANT, sort=True):
+    with_knobs = bool(combined["panel_knobs"].astype(bool).any()) if len(combined) else False
+    for (model, batch_size, knobs), part in combined.groupby(PANEL, sort=True):
         table = build(part)
+        if with_knobs:
+            table.insert(0, "knobs", knobs)
         table.insert(0, "batch_size", batch_size)
         table.insert(0, "model", model)
         parts.append(table)
     if not parts:
-        return pd.DataFrame(columns=VARIANT)
+        return pd.DataFrame(columns=PANEL[:2])
     return pd.concat(parts, ignore_index=True)
 
 
 def table1(combined: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Frameworks on ONE node: rows = GPUs; `<framework>_mean/_std` columns.
+    """Frameworks on ONE node: rows = GPUs; `<series>_mean/_std` columns.
 
-    With a reference, `<framework>_reference_mean` and `<framework>_ratio`
-    (measured / reference) follow each framework the reference also has for
-    the same model (the reference may differ in batch, data or device: its
-    settings are in its records).
+    A series is a framework, plus the knobs only it reads when the grid varies
+    them. With a reference, `<series>_reference_mean` and `<series>_ratio`
+    (measured / reference) follow each series whose framework the reference
+    also has for the same model (the reference may differ in batch, data or
+    device: its settings are in its records).
     """
 
     def build(part):
@@ -306,35 +382,44 @@ def table1(combined: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.
         ref = None
         if reference is not None:
             ref = reference[(reference["nodes"] == 1) & (reference["model"] == model)]
-        for framework in _frameworks_in(one_node):
-            mine = one_node[one_node["framework"] == framework].set_index("gpus_per_node")
-            table[f"{framework}_mean"] = table["gpus"].map(mine["images_per_sec_mean"])
-            table[f"{framework}_std"] = table["gpus"].map(mine["images_per_sec_std"])
-            table[f"{framework}_status"] = table["gpus"].map(mine["status"])
+        for series in _series_in(one_node):
+            mine = one_node[one_node["series"] == series].set_index("gpus_per_node")
+            table[f"{series}_mean"] = table["gpus"].map(mine["images_per_sec_mean"])
+            table[f"{series}_std"] = table["gpus"].map(mine["images_per_sec_std"])
+            table[f"{series}_status"] = table["gpus"].map(mine["status"])
+            framework = series.partition(" ")[0]
             if ref is not None and framework in set(ref["framework"]):
                 theirs = ref[ref["framework"] == framework].set_index("gpus_per_node")
                 reference_mean = table["gpus"].map(theirs["images_per_sec_mean"])
-                table[f"{framework}_reference_mean"] = reference_mean
-                table[f"{framework}_ratio"] = table[f"{framework}_mean"] / reference_mean
+                table[f"{series}_reference_mean"] = reference_mean
+                table[f"{series}_ratio"] = table[f"{series}_mean"] / reference_mean
         return table
 
-    return _per_variant(combined, build)
+    return _per_panel(combined, build)
 
 
 def table2(combined: pd.DataFrame, framework: str = "horovod") -> pd.DataFrame:
-    """One framework, rows = GPUs per node, `n<N>_mean/_std` columns per node count."""
+    """One framework, rows = GPUs per node, `n<N>_mean/_std` columns per node count.
+
+    With knobs only this framework reads, one block per their values (column `series`).
+    """
 
     def build(part):
-        part = part[part["framework"] == framework]
-        table = pd.DataFrame({"gpus_per_node": sorted(part["gpus_per_node"].unique())})
-        for nodes in sorted(part["nodes"].unique()):
-            column = part[part["nodes"] == nodes].set_index("gpus_per_node")
-            table[f"n{nodes}_mean"] = table["gpus_per_node"].map(column["images_per_sec_mean"])
-            table[f"n{nodes}_std"] = table["gpus_per_node"].map(column["images_per_sec_std"])
-            table[f"n{nodes}_status"] = table["gpus_per_node"].map(column["status"])
-        return table
+        blocks = []
+        for series in _series_in(part):
+            one = part[part["series"] == series]
+            table = pd.DataFrame({"gpus_per_node": sorted(one["gpus_per_node"].unique())})
+            for nodes in sorted(one["nodes"].unique()):
+                column = one[one["nodes"] == nodes].set_index("gpus_per_node")
+                table[f"n{nodes}_mean"] = table["gpus_per_node"].map(column["images_per_sec_mean"])
+                table[f"n{nodes}_std"] = table["gpus_per_node"].map(column["images_per_sec_std"])
+                table[f"n{nodes}_status"] = table["gpus_per_node"].map(column["status"])
+            if series != framework:
+                table.insert(0, "series", series_label(series))
+            blocks.append(table)
+        return pd.concat(blocks, ignore_index=True)
 
-    return _per_variant(combined[combined["framework"] == framework], build)
+    return _per_panel(combined[combined["framework"] == framework], build)
 
 
 def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
@@ -352,9 +437,12 @@ def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
         "mfu",
         "status",
     ]
+    if len(combined) and combined["knobs"].astype(bool).any():
+        columns.insert(2, "knobs")
     frame = combined[columns].copy()
     frame["order"] = frame["framework"].map(FRAMEWORK_ORDER.index)
-    keys = ["model", "batch_size", "order", "nodes", "gpus_per_node"]
+    knobs = ["knobs"] if "knobs" in columns else []
+    keys = ["model", "batch_size", *knobs, "order", "nodes", "gpus_per_node"]
     return frame.sort_values(keys).drop(columns="order").reset_index(drop=True)
 
 
@@ -368,7 +456,9 @@ def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataF
     theirs = theirs.rename(columns={c: f"reference_{c}" for c in theirs.columns if c not in keys})
     merged = combined.merge(theirs, on=keys)
     merged["ratio"] = merged["images_per_sec_mean"] / merged["reference_images_per_sec_mean"]
+    knobs = ["knobs"] if len(merged) and merged["knobs"].astype(bool).any() else []
     columns = keys + [
+        *knobs,
         "gpus",
         *settings,
         "images_per_sec_mean",
@@ -378,7 +468,7 @@ def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataF
         "reference_images_per_sec_std",
         "ratio",
     ]
-    return merged[columns].sort_values(keys).reset_index(drop=True)
+    return merged[columns].sort_values(keys + knobs).reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------
@@ -499,17 +589,12 @@ def write_tables(
     study = tidy["study"].iloc[0] if len(tidy) else "?"
     device = ", ".join(sorted(set(tidy["device"]))) or "?"
 
-    labels = {f: FRAMEWORK_LABELS[f] + " (images/sec)" for f in FRAMEWORK_ORDER}
-    labels.update(
-        {f"{f}_reference": f"{FRAMEWORK_LABELS[f]} ({reference})" for f in FRAMEWORK_ORDER}
-    )
-    labels.update(
-        {f"{f}_reference_mean": f"{FRAMEWORK_LABELS[f]} ({reference})" for f in FRAMEWORK_ORDER}
-    )
-    labels.update(
-        {f"{f}_ratio": f"{FRAMEWORK_LABELS[f]} measured / {reference}" for f in FRAMEWORK_ORDER}
-    )
-    labels.update({"gpus": "GPUs", "model": "Model", "batch_size": "Batch/GPU"})
+    labels = {"gpus": "GPUs", "model": "Model", "batch_size": "Batch/GPU", "knobs": "Knobs"}
+    for series in set(combined["series"]) if len(combined) else ():
+        label = series_label(series)
+        labels[series] = f"{label} (images/sec)"
+        labels[f"{series}_reference_mean"] = f"{label} ({reference})"
+        labels[f"{series}_ratio"] = f"{label} measured / {reference}"
     _write_table(
         table1(combined, ref),
         folder,
@@ -525,7 +610,13 @@ def write_tables(
         if c.endswith("_mean")
     }
     node_labels.update(
-        {"gpus_per_node": "GPUs per node", "model": "Model", "batch_size": "Batch/GPU"}
+        {
+            "gpus_per_node": "GPUs per node",
+            "model": "Model",
+            "batch_size": "Batch/GPU",
+            "knobs": "Knobs",
+            "series": "Framework",
+        }
     )
     _write_table(
         t2,

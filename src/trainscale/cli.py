@@ -253,13 +253,16 @@ def _train(settings: RunSettings, args) -> int:
 
 def own_log_tail(lines: int = 30) -> str:
     """The last lines of the file this process's stderr goes to (the job's log), if any."""
+    from trainscale.records import log_tail
+
     try:
         path = os.readlink("/proc/self/fd/2")
-        sys.stderr.flush()
-        with open(path, errors="replace") as handle:
-            return "".join(handle.readlines()[-lines:])
     except OSError:
+        path = ""
+    sys.stderr.flush()
+    if not os.path.isfile(path):
         return "(stderr is not a file: no log to quote)"
+    return log_tail(path, lines)
 
 
 def _run(settings: RunSettings, args) -> int:

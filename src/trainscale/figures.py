@@ -15,21 +15,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from trainscale.analysis import FRAMEWORK_LABELS, FRAMEWORK_ORDER  # noqa: E402
+from trainscale.analysis import (  # noqa: E402
+    FRAMEWORK_LABELS,
+    PANEL,
+    series_label,
+    series_order,
+)
 from trainscale.records import atomic_path  # noqa: E402
 
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 
 
 def _panels(frame: pd.DataFrame):
-    """The figure and one panel per (model, batch size) the frame holds.
+    """The figure and one panel per (model, batch size, shared knobs) the frame holds.
 
     Small multiples, not one tangle: a big study (5 models x 7 batch sizes)
     would otherwise draw hundreds of lines with a legend larger than the plot.
     Yields (axes, that variant's rows); the figure is the first thing yielded.
     """
     sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
-    variants = sorted(frame[["model", "batch_size"]].drop_duplicates().itertuples(index=False))
+    variants = sorted(frame[PANEL].drop_duplicates().itertuples(index=False))
     count = max(1, len(variants))
     columns = min(4, count)
     rows = -(-count // columns)
@@ -53,10 +58,17 @@ def _panels(frame: pd.DataFrame):
     if not variants:
         return fig, [(flat[0], frame)]
     panels = []
-    for ax, (model, batch_size) in zip(flat, variants, strict=False):
-        part = frame[(frame["model"] == model) & (frame["batch_size"] == batch_size)]
+    for ax, (model, batch_size, knobs) in zip(flat, variants, strict=False):
+        part = frame[
+            (frame["model"] == model)
+            & (frame["batch_size"] == batch_size)
+            & (frame["panel_knobs"] == knobs)
+        ]
         if len(variants) > 1:
-            ax.set_title(f"{model}, batch {batch_size}/GPU", fontsize="small")
+            title = f"{model}, batch {batch_size}/GPU" + (f"\n{knobs}" if knobs else "")
+            # A fixed y: matplotlib otherwise measures every tick label of
+            # every panel at each draw to place titles (a third of the time).
+            ax.set_title(title, fontsize="small", y=1.0)
         panels.append((ax, part))
     return fig, panels
 
@@ -104,7 +116,11 @@ def _finish(fig, panels, paths: list[str], title: str, note: str | None = None):
             panels[0][0].legend(handles.values(), handles.keys(), fontsize="small")
         else:
             where = "outside lower center" if fig.get_layout_engine() else "lower center"
-            fig.legend(handles.values(), handles.keys(), loc=where, ncols=4)
+            # As many columns as the figure's width holds (about 12 characters
+            # an inch at this size): long labels (knobs) get fewer.
+            longest = max(len(label) for label in handles) + 6
+            ncols = max(1, min(4, len(handles), int(fig.get_figwidth() * 12 // longest)))
+            fig.legend(handles.values(), handles.keys(), loc=where, ncols=ncols)
     if note:
         fig.text(0.01, 0.005, note, fontsize="x-small", color="dimgray")
     for path in paths:
@@ -125,10 +141,10 @@ def _plural(count, word: str) -> str:
 
 
 def _host_series(frame: pd.DataFrame) -> list[str]:
-    """'Horovod, 2 hosts': one line per framework and host count."""
+    """'Horovod, 2 hosts': one line per series (framework and its own knobs) and host count."""
     return [
-        f"{FRAMEWORK_LABELS.get(f, f)}, {_plural(n, 'host')}"
-        for f, n in zip(frame["framework"], frame["nodes"], strict=True)
+        f"{series_label(s)}, {_plural(n, 'host')}"
+        for s, n in zip(frame["series"], frame["nodes"], strict=True)
     ]
 
 
@@ -144,7 +160,17 @@ def _plot(frame, x, hue, label, xlabel, ylabel, y="images_per_sec_mean", err="im
 
 def _weak_scaling(combined, framework, paths, note, x, lines, xlabel, line_label, over):
     part = combined[combined["framework"] == framework]
-    fig, panels = _plot(part, x, lines, line_label, xlabel, THROUGHPUT)
+    # Knobs only this framework reads (Horovod's compression) get lines of their own.
+    own = [s.partition(" ")[2] for s in part["series"]]
+    part = part.assign(line=list(zip(own, part[lines], strict=True)))
+    fig, panels = _plot(
+        part,
+        x,
+        "line",
+        lambda key: line_label(key[1]) + (f", {key[0]}" if key[0] else ""),
+        xlabel,
+        THROUGHPUT,
+    )
     label = FRAMEWORK_LABELS.get(framework, framework)
     _finish(fig, panels, paths, f"Weak scaling of {label} with {over}", note)
 
@@ -195,13 +221,13 @@ def efficiency(combined: pd.DataFrame, paths: list[str], note=None):
 
 def frameworks(combined: pd.DataFrame, paths: list[str], note=None):
     """Table I as a plot: frameworks on one node vs GPUs."""
-    part = combined[combined["nodes"] == 1].copy()
-    part["order"] = part["framework"].map(FRAMEWORK_ORDER.index)
+    part = combined[combined["nodes"] == 1]
+    part = part.assign(order=[series_order(s) + (s,) for s in part["series"]])
     fig, panels = _plot(
         part,
         "gpus_per_node",
         "order",
-        lambda i: FRAMEWORK_LABELS[FRAMEWORK_ORDER[i]],
+        lambda order: series_label(order[-1]),
         "GPUs (one host)",
         THROUGHPUT,
     )
@@ -223,17 +249,16 @@ def utilisation(combined: pd.DataFrame, paths: list[str], note=None):
 
 def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], note=None):
     """Measured and reference throughput at the grid points both have."""
-    measured = comparison.assign(
-        series=[
-            f"{FRAMEWORK_LABELS.get(f, f)}, {n}n measured"
-            for f, n in zip(comparison["framework"], comparison["nodes"], strict=True)
-        ]
-    )
+    from trainscale.analysis import add_series
+
+    comparison = add_series(comparison.assign(knobs=comparison.get("knobs", "")))
+    lines = [
+        f"{series_label(s)}, {n}n"
+        for s, n in zip(comparison["series"], comparison["nodes"], strict=True)
+    ]
+    measured = comparison.assign(series=[f"{line} measured" for line in lines])
     published = comparison.assign(
-        series=[
-            f"{FRAMEWORK_LABELS.get(f, f)}, {n}n {reference}"
-            for f, n in zip(comparison["framework"], comparison["nodes"], strict=True)
-        ],
+        series=[f"{line} {reference}" for line in lines],
         images_per_sec_mean=comparison["reference_images_per_sec_mean"],
         images_per_sec_std=comparison["reference_images_per_sec_std"],
     )
@@ -250,7 +275,13 @@ def write_figures(
     reference: str | None,
     framework: str,
     reference_records: list[str] = (),
+    workers: int = 1,
 ) -> None:
+    """Every figure of a study, each drawn on its own by one of `workers` processes.
+
+    Drawing is most of the time of a big study's analysis, and the figures
+    are independent: on the rule's threads they are drawn side by side.
+    """
     import os
 
     from trainscale.analysis import (
@@ -275,14 +306,29 @@ def write_figures(
     def paths(name):
         return [os.path.join(folder, f"{name}.{ext}") for ext in ("png", "pdf")]
 
-    weak_scaling_hosts(combined, framework, paths("weak_scaling_hosts"), note)
-    weak_scaling_gpus(combined, framework, paths("weak_scaling_gpus"), note)
-    efficiency(combined, paths("efficiency"), note)
-    frameworks(combined, paths("frameworks"), note)
-    utilisation(combined, paths("mfu"), note)
+    drawings = [
+        (weak_scaling_hosts, (combined, framework, paths("weak_scaling_hosts"), note)),
+        (weak_scaling_gpus, (combined, framework, paths("weak_scaling_gpus"), note)),
+        (efficiency, (combined, paths("efficiency"), note)),
+        (frameworks, (combined, paths("frameworks"), note)),
+        (utilisation, (combined, paths("mfu"), note)),
+    ]
     if reference:
         comparison = reference_table(
             combined, reference_combined(reference, list(reference_records))
         )
-        vs_reference(comparison, reference, paths("vs_reference"), note)
-    print(f"figures: written to {folder}")
+        drawings.append((vs_reference, (comparison, reference, paths("vs_reference"), note)))
+    workers = max(1, min(workers, len(drawings)))
+    if workers == 1:
+        for draw, args in drawings:
+            draw(*args)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork: the children start with this process's imports and frames.
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            for done in [pool.submit(draw, *args) for draw, args in drawings]:
+                done.result()  # a figure's error is raised here
+    print(f"figures: written to {folder} ({workers} process(es))")

@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import subprocess
 import tempfile
 
@@ -136,7 +137,7 @@ def record_head(settings, status: str) -> dict:
     }
 
 
-def outcome_record(settings, status: str, error: str, elapsed_seconds: float) -> dict:
+def outcome_record(settings, status: str, error: str, elapsed_seconds: float | None) -> dict:
     """A record for a grid point that produced no throughput: `oom`, `timeout` or `failed`.
 
     It carries no numbers, so nothing can mistake it for a measurement; tables
@@ -159,3 +160,51 @@ def outcome_record(settings, status: str, error: str, elapsed_seconds: float) ->
             "finished_at": utc_now(),
         },
     }
+
+
+def log_tail(path: str, lines: int = 30) -> str:
+    """The last `lines` lines of a log file ("" if there is none)."""
+    try:
+        with open(path, errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# SLURM's own word on how a job ended, as slurmstepd writes it into the job's log:
+# "slurmstepd: error: *** JOB 12 ON node1 CANCELLED AT ... DUE TO NODE FAILURE ***".
+SLURM_VERDICT = re.compile(r"\*\*\* (?:JOB|STEP) .*?\*\*\*")
+
+
+def lost_job_record(settings, log_paths: list[str], time_limit_seconds: float) -> dict:
+    """The record of a job that ended on its last attempt without writing one.
+
+    The run writes its own record for every failure it sees; this is for the
+    ones it cannot: SLURM ended the job (a node failure declared before the
+    ranks noticed, SLURM's own time limit, scancel), or the launcher itself was
+    killed. The workflow writes it once all attempts are spent, from the
+    job's logs, so that the study's tables show the point instead of waiting
+    for it: `timeout` when SLURM says it ended the job at its time limit
+    (`time_limit_seconds`, the job's `--time`), else `failed`, with how long
+    it ran unknown.
+    """
+    import socket
+
+    tails = {path: log_tail(path) for path in log_paths}
+    verdicts = [m.group(0) for tail in tails.values() for m in SLURM_VERDICT.finditer(tail)]
+    if verdicts and "DUE TO TIME LIMIT" in verdicts[-1]:
+        status, elapsed = "timeout", time_limit_seconds
+        first_line = f"SLURM ended the job at its time limit: {verdicts[-1]}"
+    elif verdicts:
+        status, elapsed = "failed", None
+        first_line = f"SLURM ended the job: {verdicts[-1]}"
+    else:
+        status, elapsed = "failed", None
+        first_line = "the job ended without writing a record (killed outside the harness)"
+    quoted = "".join(
+        f"\n--- tail of {path}:\n{tail or '(empty or missing)'}" for path, tail in tails.items()
+    )
+    record = outcome_record(settings, status, f"{first_line}; last attempt{quoted}", elapsed)
+    record["provenance"].pop("launcher_host")
+    record["provenance"]["recorded_by"] = f"the workflow on {socket.gethostname()}, after the job"
+    return record

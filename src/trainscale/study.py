@@ -31,13 +31,33 @@ from dataclasses import dataclass, fields
 from trainscale.settings import RunSettings, SettingsError, validate
 
 AXES = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
-CLAUSE_AXES = (*AXES, "gpus")
+# Settings a grid may vary too (`grid.precision: [fp32, fp16]`): each list
+# overrides benchmark.<name>. A knob only some frameworks read (the value)
+# takes just its first listed value for the others: varying it there would
+# measure the same thing twice.
+KNOB_AXES = {
+    "precision": None,
+    "xla": None,
+    "horovod_compression": {"horovod"},
+    "horovod_fusion_threshold_mb": {"horovod"},
+    "collective_implementation": {"tf-multiworker"},
+    "all_reduce_pack_mb": {"tf-multiworker"},
+}
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RECORD_PATTERN = "{framework}/{model}/b{batch_size}/n{nodes}g{gpus_per_node}r{repeat}"
+# With knob axes, a folder per combination: .../b64/precision=fp16,xla=true/n1g2r1
+KNOBS_RECORD_PATTERN = "{framework}/{model}/b{batch_size}/{knobs}/n{nodes}g{gpus_per_node}r{repeat}"
 
 
 class ConfigError(ValueError):
     """A study configuration is invalid; the message names the key, on one line."""
+
+
+def knob_text(value) -> str:
+    """A knob's value as it appears in a record's path: true, fp16, 64, 0.5."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True, order=True)
@@ -48,14 +68,22 @@ class GridPoint:
     nodes: int
     gpus_per_node: int
     repeat: int = 1
+    # The grid's knob axes at this point: (("precision", "fp16"), ("xla", True)).
+    knobs: tuple = ()
 
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def knobs_name(self) -> str:
+        """'precision=fp16,xla=true': the knobs' folder in the record path ('' if none)."""
+        return ",".join(f"{name}={knob_text(value)}" for name, value in self.knobs)
+
     def stem(self) -> str:
         """The record's path below results/{study}/runs/, without `.json`."""
-        return RECORD_PATTERN.format(**self.as_dict())
+        values = {**self.as_dict(), "knobs": self.knobs_name}
+        return (KNOBS_RECORD_PATTERN if self.knobs else RECORD_PATTERN).format(**values)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -74,7 +102,7 @@ def _condition_holds(value, condition) -> bool:
 
 
 def matches(point: GridPoint, clause: dict) -> bool:
-    values = {**point.as_dict(), "gpus": point.gpus}
+    values = {**point.as_dict(), "gpus": point.gpus, **dict(point.knobs)}
     return all(_condition_holds(values[axis], cond) for axis, cond in clause.items())
 
 
@@ -91,23 +119,45 @@ def allowed(point: GridPoint, constraints: dict) -> bool:
     )
 
 
+def knob_axes(config: dict) -> list[str]:
+    """The knob axes the study's grid varies, in KNOB_AXES order."""
+    return [name for name in KNOB_AXES if name in config["grid"]]
+
+
+def _knob_combinations(grid: dict, names: list[str], framework: str):
+    """Every combination of the knob axes this framework reads (the first value of others)."""
+    choices = [
+        grid[name] if KNOB_AXES[name] is None or framework in KNOB_AXES[name] else grid[name][:1]
+        for name in names
+    ]
+    for values in itertools.product(*choices):
+        yield tuple(zip(names, values, strict=True))
+
+
 def expand_grid(config: dict) -> list[GridPoint]:
     """Every run of the study, in a stable order (framework, model, batch, nodes, GPUs, repeat)."""
     grid = config["grid"]
     constraints = config.get("constraints", {})
+    names = knob_axes(config)
     points = []
     for values in itertools.product(*(grid[axis] for axis in AXES)):
-        point = GridPoint(*values)
-        if allowed(point, constraints):
-            points += [GridPoint(*values, repeat=r) for r in range(1, grid.get("repeats", 1) + 1)]
+        for knobs in _knob_combinations(grid, names, values[0]):
+            point = GridPoint(*values, knobs=knobs)
+            if allowed(point, constraints):
+                points += [
+                    GridPoint(*values, repeat=r, knobs=knobs)
+                    for r in range(1, grid.get("repeats", 1) + 1)
+                ]
     return sorted(points)
 
 
 def run_settings(config: dict, point: GridPoint) -> RunSettings:
-    """The harness settings of one grid point of this study."""
+    """The harness settings of one grid point of this study: benchmark, then its knobs."""
     bench = config["benchmark"]
-    known = {f.name for f in fields(RunSettings)}
-    extra = {k: v for k, v in bench.items() if k in known}
+    types = {f.name: f.type for f in fields(RunSettings)}
+    chosen = {**{k: v for k, v in bench.items() if k in types}, **dict(point.knobs)}
+    # YAML's 64 is an int; the setting is a float, as `trainscale train` parses it.
+    extra = {k: float(v) if types[k] == "float" else v for k, v in chosen.items()}
     return RunSettings(
         framework=point.framework,
         nodes=point.nodes,
@@ -151,7 +201,7 @@ def check_schema(config: dict, schema: dict) -> None:
 def check_config(config: dict, root: str = ".") -> list[GridPoint]:
     """Checks a schema cannot express; returns the grid. Raises ConfigError."""
     grid = config["grid"]
-    for axis in AXES:
+    for axis in (*AXES, *knob_axes(config)):
         values = grid[axis]
         duplicates = sorted({v for v in values if values.count(v) > 1}, key=str)
         if duplicates:

@@ -43,6 +43,22 @@ def copy_repository(target: str) -> str:
     return target
 
 
+def local_study(repo: str, study: dict) -> list[str]:
+    """Write `study` into the repository copy; the arguments that run it locally."""
+    name = f"{study['study']}.yaml"
+    with open(os.path.join(repo, name), "w") as handle:
+        yaml.safe_dump(study, handle)
+    return ["--profile", "profiles/local", "--configfile", name]
+
+
+def start_snakemake(workdir: str, *args: str, **popen) -> subprocess.Popen:
+    """Snakemake running in the background (to be interrupted, or a node killed under it);
+    its output as text on stdout unless `popen` says otherwise."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.Popen([SNAKEMAKE, *args], cwd=workdir, text=True, env=env, **popen)
+
+
 def snakemake(workdir: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # SIGINT, not SIGTERM, on timeout: Snakemake ignores SIGTERM while it waits on jobs.

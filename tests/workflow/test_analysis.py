@@ -23,7 +23,9 @@ from trainscale.analysis import (
 )
 
 
-def row(framework, nodes, gpn, mean, std, blocks=10, repeat=1, status="ok", model="vgg16"):
+def row(
+    framework, nodes, gpn, mean, std, blocks=10, repeat=1, status="ok", model="vgg16", knobs=""
+):
     return {
         "study": "s",
         "framework": framework,
@@ -31,6 +33,7 @@ def row(framework, nodes, gpn, mean, std, blocks=10, repeat=1, status="ok", mode
         "dataset": "cifar100",
         "image_size": 224,
         "batch_size": 64,
+        "knobs": knobs,
         "nodes": nodes,
         "gpus_per_node": gpn,
         "gpus": nodes * gpn,
@@ -137,6 +140,50 @@ def test_a_point_that_ran_out_of_memory_says_so_in_its_cell():
     assert list(shown["n2"]) == ["OOM/TIMEOUT", ""]  # 2 nodes x 2 GPUs: not in the grid
 
 
+def test_knob_axes_give_blocks_and_columns_of_their_own():
+    # precision is read by every framework: a block each, frameworks side by side.
+    # Horovod's compression only by Horovod: a column (Table I) or block (Table II).
+    knobs = "precision={},horovod_compression={}"
+    tidy = pd.DataFrame(
+        [
+            row("horovod", 1, 1, 100.0, 1.0, knobs=knobs.format("fp32", "none")),
+            row("horovod", 1, 2, 150.0, 1.0, knobs=knobs.format("fp32", "none")),
+            row("horovod", 1, 1, 101.0, 1.0, knobs=knobs.format("fp32", "fp16")),
+            row("horovod", 1, 2, 190.0, 1.0, knobs=knobs.format("fp32", "fp16")),
+            row("horovod", 1, 1, 300.0, 1.0, knobs=knobs.format("fp16", "none")),
+            row("tf-mirrored", 1, 1, 90.0, 1.0, knobs=knobs.format("fp32", "none")),
+            row("tf-mirrored", 1, 2, 170.0, 1.0, knobs=knobs.format("fp32", "none")),
+            row("tf-mirrored", 1, 1, 280.0, 1.0, knobs=knobs.format("fp16", "none")),
+        ]
+    )
+    combined = combine_repeats(tidy)
+    # Speed-up against the 1-GPU run with the same knobs.
+    fp16 = combined[combined["knobs"] == knobs.format("fp32", "fp16")].set_index("gpus")
+    assert fp16.loc[2, "speedup"] == pytest.approx(190 / 101)
+    t1 = table1(combined)
+    assert list(t1.columns[:4]) == ["model", "batch_size", "knobs", "gpus"]
+    assert list(t1["knobs"]) == ["precision=fp16", "precision=fp32", "precision=fp32"]
+    fp32 = t1[t1["knobs"] == "precision=fp32"]
+    assert list(fp32["horovod horovod_compression=none_mean"]) == [100.0, 150.0]
+    assert list(fp32["horovod horovod_compression=fp16_mean"]) == [101.0, 190.0]
+    assert list(fp32["tf-mirrored_mean"]) == [90.0, 170.0]
+    half = t1[t1["knobs"] == "precision=fp16"]
+    assert half["horovod horovod_compression=fp16_mean"].isna().all()  # not measured there
+    assert list(half["horovod horovod_compression=none_mean"]) == [300.0]
+    t2 = table2(combined, "horovod")
+    blocks = t2.groupby(["knobs", "series"], sort=True)["n1_mean"].apply(list)
+    assert blocks.to_dict() == {
+        ("precision=fp16", "Horovod (horovod_compression=none)"): [300.0],
+        ("precision=fp32", "Horovod (horovod_compression=none)"): [100.0, 150.0],
+        ("precision=fp32", "Horovod (horovod_compression=fp16)"): [101.0, 190.0],
+    }
+
+
+def test_a_study_without_knob_axes_has_no_knobs_column():
+    combined = combine_repeats(pd.DataFrame([row("horovod", 1, 1, 100.0, 1.0)]))
+    assert "knobs" not in table1(combined) and "series" not in table2(combined)
+
+
 # --- collect refuses what it cannot trust, naming the file -------------------
 
 PUBLISHED = os.path.join(REPO, "results/published/runs/horovod/vgg16/b64/n1g2r1.json")
@@ -154,6 +201,10 @@ def stored(tmp_path, stem, **changes):
 def test_collect_reads_a_good_record(tmp_path):
     path = stored(tmp_path, "horovod/vgg16/b64/n1g2r1")
     assert collect("s", [path])["images_per_sec_mean"].item() == 451.698
+    # In a knobs folder its settings match (the published record predates the
+    # knob and has its default); the folder becomes the row's knobs.
+    path = stored(tmp_path, "horovod/vgg16/b64/horovod_fusion_threshold_mb=64,xla=false/n1g2r1")
+    assert collect("s", [path])["knobs"].item() == "horovod_fusion_threshold_mb=64,xla=false"
 
 
 @pytest.mark.parametrize(
@@ -162,6 +213,12 @@ def test_collect_reads_a_good_record(tmp_path):
         ("horovod/vgg16/b64/n1g2r1", {"schema": 7}, "unknown record schema 7"),
         ("horovod/vgg16/b64/n2g2r1", {}, "another grid point than its path ({'nodes': 1})"),
         ("tf-mirrored/vgg16/b64/n1g2r1", {}, "'framework': 'horovod'"),
+        # Its folder says fp16 compression; its settings say none.
+        (
+            "horovod/vgg16/b64/horovod_compression=fp16/n1g2r1",
+            {},
+            "another grid point than its path ({'horovod_compression': 'none'})",
+        ),
     ],
 )
 def test_collect_refuses_a_record_naming_the_file(tmp_path, stem, changes, message):

@@ -105,6 +105,22 @@ BAD = [
         edit(["constraints", "exclude"], [{"colour": "red"}]),
         "config key constraints.exclude[0]",
     ),
+    (
+        "unknown precision axis value",
+        edit(["grid", "precision"], ["fp8"]),
+        "config key grid.precision[0]",
+    ),
+    ("xla axis as text", edit(["grid", "xla"], ["yes"]), "config key grid.xla[0]"),
+    (
+        "empty knob axis",
+        edit(["grid", "horovod_compression"], []),
+        "config key grid.horovod_compression",
+    ),
+    (
+        "duplicate knob values",
+        edit(["grid", "horovod_fusion_threshold_mb"], [64, 64]),
+        "config key grid.horovod_fusion_threshold_mb: duplicate values [64]",
+    ),
     ("zero image size", edit(["benchmark", "image_size"], 0), "config key benchmark.image_size"),
     (
         "image below the model's minimum",

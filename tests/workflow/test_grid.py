@@ -5,7 +5,15 @@ import os
 import pytest
 from conftest import REPO, load_yaml
 
-from trainscale.study import GridPoint, expand_grid, job_shape, matches
+from trainscale.study import (
+    ConfigError,
+    GridPoint,
+    check_config,
+    expand_grid,
+    job_shape,
+    matches,
+    run_settings,
+)
 
 
 def points(config):
@@ -130,3 +138,68 @@ def test_slurm_resources_in_the_plugins_terms(framework, nodes, gpn, expected):
     assert {k: got[k] for k in expected} == expected
     assert got["tasks_per_gpu"] == 0 and got["gres"] == f"gpu:v100:{gpn}"
     assert got["slurm_partition"] == "gpu" and got["slurm_extra"] == "--qos=long"
+
+
+def knob_config(**knobs):
+    return {
+        "study": "knobs",
+        "grid": {
+            "framework": ["horovod", "tf-mirrored", "tf-multiworker"],
+            "model": ["vgg16"],
+            "batch_size": [64],
+            "nodes": [1],
+            "gpus_per_node": [2],
+            **knobs,
+        },
+        "benchmark": {"dataset": "synthetic", "image_size": 224, "device": "gpu"},
+    }
+
+
+def test_knob_axes_vary_only_the_frameworks_that_read_them():
+    config = knob_config(
+        precision=["fp32", "fp16"],
+        horovod_compression=["none", "fp16"],
+        all_reduce_pack_mb=[0, 4],
+    )
+    got = {p.stem(): run_settings(config, p) for p in check_config(config)}
+    # precision: every framework; compression: Horovod's; pack size: MultiWorker's.
+    # Others keep the benchmark's value (here the default) and are not repeated.
+    assert sorted(got) == sorted(
+        [
+            f"horovod/vgg16/b64/precision={p},horovod_compression={c},all_reduce_pack_mb=0/n1g2r1"
+            for p in ("fp32", "fp16")
+            for c in ("none", "fp16")
+        ]
+        + [
+            f"tf-multiworker/vgg16/b64/precision={p},horovod_compression=none,"
+            f"all_reduce_pack_mb={m}/n1g2r1"
+            for p in ("fp32", "fp16")
+            for m in (0, 4)
+        ]
+        + [
+            f"tf-mirrored/vgg16/b64/precision={p},horovod_compression=none,"
+            "all_reduce_pack_mb=0/n1g2r1"
+            for p in ("fp32", "fp16")
+        ]
+    )
+    settings = got[
+        "tf-multiworker/vgg16/b64/precision=fp16,horovod_compression=none,"
+        "all_reduce_pack_mb=4/n1g2r1"
+    ]
+    assert (settings.precision, settings.all_reduce_pack_mb) == ("fp16", 4.0)
+    assert isinstance(settings.all_reduce_pack_mb, float)  # as `trainscale train` parses it
+
+
+def test_knob_axes_in_constraints_and_checks():
+    config = knob_config(xla=[False, True], horovod_fusion_threshold_mb=[64, 0])
+    config["constraints"] = {"exclude": [{"framework": "horovod", "xla": True}]}
+    stems = {p.stem() for p in check_config(config)}
+    assert "horovod/vgg16/b64/xla=false,horovod_fusion_threshold_mb=0/n1g2r1" in stems
+    assert not any(s.startswith("horovod/") and "xla=true" in s for s in stems)
+    assert "tf-mirrored/vgg16/b64/xla=true,horovod_fusion_threshold_mb=64/n1g2r1" in stems
+    assert len(stems) == 2 + 2 + 2
+    # A knob value a framework that reads it refuses is refused up front.
+    cpu = knob_config(collective_implementation=["ring", "nccl"])
+    cpu["benchmark"]["device"] = "cpu"
+    with pytest.raises(ConfigError, match="--collective-implementation nccl needs --device gpu"):
+        check_config(cpu)

@@ -1,5 +1,6 @@
 """A full local study on the CPU, for real: records, tables, figures, and what reruns."""
 
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import SNAKEMAKE, copy_repository, snakemake, train_jobs
+from conftest import copy_repository, local_study, snakemake, start_snakemake, train_jobs
 
 STUDY = {
     "study": "tiny-cpu",
@@ -41,9 +42,7 @@ RECORD = "results/tiny-cpu/runs/horovod/small_cnn/b16/n1g2r1.json"
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     repo = copy_repository(str(tmp_path_factory.mktemp("local") / "repo"))
-    with open(os.path.join(repo, "tiny.yaml"), "w") as handle:
-        yaml.safe_dump(STUDY, handle)
-    args = ["--profile", "profiles/local", "--configfile", "tiny.yaml"]
+    args = local_study(repo, STUDY)
     result = snakemake(repo, *args, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     return repo, args
@@ -131,6 +130,54 @@ def test_saved_config_regenerates_the_figures_without_training(study, tmp_path):
 
 
 @pytest.mark.slow
+def test_knob_axes_run_as_grid_points_of_their_own(tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))
+    study = {
+        **STUDY,
+        "study": "knobs",
+        "reference": None,
+        # XLA for every framework; fp16 compression for Horovod only.
+        "grid": {
+            **STUDY["grid"],
+            "framework": ["tf-single", "horovod"],
+            "gpus_per_node": [1],
+            "xla": [False, True],
+            "horovod_compression": ["none", "fp16"],
+        },
+        "constraints": {},
+        "benchmark": {**STUDY["benchmark"], "data_dir": "results/knobs/data"},
+    }
+    args = local_study(repo, study)
+    result = snakemake(repo, *args, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    runs = Path(repo, "results", "knobs", "runs")
+    records = {str(p.relative_to(runs)): json.loads(p.read_text()) for p in runs.rglob("*.json")}
+    assert sorted(records) == sorted(
+        [
+            f"tf-single/small_cnn/b16/xla={x},horovod_compression=none/n1g1r1.json"
+            for x in ("false", "true")
+        ]
+        + [
+            f"horovod/small_cnn/b16/xla={x},horovod_compression={c}/n1g1r1.json"
+            for x in ("false", "true")
+            for c in ("none", "fp16")
+        ]
+    )
+    for path, record in records.items():
+        assert record["status"] == "ok", path
+        knobs = dict(pair.split("=") for pair in path.split("/")[3].split(","))
+        assert str(record["settings"]["xla"]).lower() == knobs["xla"]
+        assert record["settings"]["horovod_compression"] == knobs["horovod_compression"]
+    table = Path(repo, "results/knobs/tables/table1.md").read_text()
+    assert "| Model | Batch/GPU | Knobs | GPUs |" in table
+    assert "Horovod (horovod_compression=fp16) (images/sec)" in table
+    assert "| small_cnn | 16 | xla=true | 1 |" in table
+    assert Path(repo, "results/knobs/figures/frameworks.png").stat().st_size > 0
+    again = snakemake(repo, "-n", *args)
+    assert train_jobs(again.stdout + again.stderr) == 0
+
+
+@pytest.mark.slow
 def test_a_point_that_keeps_failing_is_retried_then_recorded_as_failed(tmp_path):
     # Asking for a GPU on this GPU-less machine fails every time, for real.
     repo = copy_repository(str(tmp_path / "repo"))
@@ -144,9 +191,8 @@ def test_a_point_that_keeps_failing_is_retried_then_recorded_as_failed(tmp_path)
         "benchmark": {**STUDY["benchmark"], "device": "gpu", "dataset": "synthetic"},
     }
     del study["benchmark"]["data_dir"], study["benchmark"]["generate_cifar100_images"]
-    with open(os.path.join(repo, "fails.yaml"), "w") as handle:
-        yaml.safe_dump(study, handle)
-    result = snakemake(repo, "--profile", "profiles/local", "--configfile", "fails.yaml")
+    args = local_study(repo, study)
+    result = snakemake(repo, *args)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "Trying to restart job" in output  # the first attempt failed and was retried
@@ -158,21 +204,92 @@ def test_a_point_that_keeps_failing_is_retried_then_recorded_as_failed(tmp_path)
     table = Path(repo, "results/fails/tables/table1.md").read_text()
     assert "| small_cnn | 16 | 1 | FAILED |" in table
     # Not rerun by a later run: retrying failed points is the user's call.
-    again = snakemake(repo, "-n", "--profile", "profiles/local", "--configfile", "fails.yaml")
+    again = snakemake(repo, "-n", *args)
     assert train_jobs(again.stdout + again.stderr) == 0
 
 
-def _training_of(repo: str) -> bool:
-    """Whether a `trainscale train` process of this repository copy runs now."""
+def _processes_of(repo: str, command: bytes) -> list[int]:
+    """The `trainscale <command>` processes of this repository copy running now."""
+    found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             cwd = os.readlink(f"/proc/{pid}/cwd")  # the rule's paths are relative
         except OSError:
             continue
-        if b"trainscale\0train\0" in cmdline and cwd == repo:
-            return True
-    return False
+        if b"trainscale\0" + command + b"\0" in cmdline and cwd == repo:
+            found.append(int(pid))
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += map(int, (task / "children").read_text().split())
+    return [pid for child in children for pid in (child, *_descendants(child))]
+
+
+def _training_of(repo: str) -> bool:
+    """Whether a `trainscale train` process of this repository copy runs now."""
+    return bool(_processes_of(repo, b"train"))
+
+
+@pytest.mark.slow
+def test_a_job_killed_on_its_last_attempt_is_recorded_as_failed(tmp_path):
+    # The launcher and its training killed at once (as the OOM killer of a
+    # whole job, or an admin, would): the run writes nothing, Snakemake sees
+    # the job fail and deletes its output; the workflow records the point.
+    repo = copy_repository(str(tmp_path / "repo"))
+    study = {
+        **STUDY,
+        "study": "killed",
+        "reference": None,
+        "train_retries": 0,
+        "grid": {**STUDY["grid"], "framework": ["tf-single"], "gpus_per_node": [1]},
+        "constraints": {},
+        "benchmark": {
+            **STUDY["benchmark"],
+            "data_dir": "results/killed/data",
+            "iterations": 100,
+            "steps_per_iteration": 10,
+        },
+    }
+    study["grid"]["batch_size"] = [16, 32]
+    args = local_study(repo, study)
+    snakemake_run = start_snakemake(repo, *args)
+    try:
+        deadline = time.monotonic() + 300
+        while not _training_of(repo):
+            assert time.monotonic() < deadline and snakemake_run.poll() is None, "no training"
+            time.sleep(0.5)
+        time.sleep(3)
+        # The launcher first (it would record a failing training itself), then
+        # the training it started.
+        (launcher,) = _processes_of(repo, b"run")
+        training = _descendants(launcher)
+        for pid in (launcher, *training):
+            os.kill(pid, signal.SIGKILL)
+        output, _ = snakemake_run.communicate(timeout=600)
+    finally:
+        if snakemake_run.poll() is None:
+            snakemake_run.kill()
+    assert snakemake_run.returncode != 0, output[-4000:]  # the job failed, as Snakemake saw
+    assert "1 grid point(s) failed on their last attempt" in output, output[-4000:]
+    runs = Path(repo, "results", "killed", "runs", "tf-single", "small_cnn")
+    records = {p.parent.name: json.loads(p.read_text()) for p in runs.rglob("n1g1r1.json")}
+    assert sorted(r["status"] for r in records.values()) == ["failed", "ok"], records
+    killed = next(r for r in records.values() if r["status"] == "failed")
+    assert killed["error"].startswith("the job ended without writing a record")
+    assert "--- tail of results/killed/logs/train/tf-single/small_cnn/" in killed["error"]
+    assert killed["provenance"]["recorded_by"].startswith("the workflow on ")
+    # The next run trains nothing and builds the tables from everything else.
+    again = snakemake(repo, *args)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert train_jobs(again.stdout + again.stderr) == 0
+    table = Path(repo, "results/killed/tables/table1.md").read_text()
+    batch = killed["batch_size"]
+    assert f"| small_cnn | {batch} | 1 | FAILED |" in table, table
 
 
 @pytest.mark.slow
@@ -183,6 +300,8 @@ def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path, signal
         **STUDY,
         "study": "interrupted",
         "reference": None,
+        # No retries: a job cancelled by Ctrl-C is not a failure to record.
+        "train_retries": 0,
         "grid": {**STUDY["grid"], "framework": ["tf-single", "horovod"], "gpus_per_node": [1, 2]},
         # Long enough (about 2,000 steps) to be interrupted inside a training.
         "benchmark": {
@@ -192,19 +311,12 @@ def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path, signal
             "steps_per_iteration": 10,
         },
     }
-    with open(os.path.join(repo, "interrupted.yaml"), "w") as handle:
-        yaml.safe_dump(study, handle)
-    args = ["--profile", "profiles/local", "--configfile", "interrupted.yaml"]
+    args = local_study(repo, study)
     runs = Path(repo, "results", "interrupted", "runs")
     # A session of its own: Ctrl-C reaches every process of the terminal's
     # group, and kill -9 of the group is the machine going away under it.
-    snakemake_run = subprocess.Popen(
-        [SNAKEMAKE, *args],
-        cwd=repo,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    snakemake_run = start_snakemake(
+        repo, *args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + 300
@@ -218,9 +330,10 @@ def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path, signal
     finally:
         if snakemake_run.poll() is None:
             os.killpg(snakemake_run.pid, signal.SIGKILL)
-    # Ctrl-C stops the job too. kill -9 does not reach it (Snakemake runs each
-    # job in a session of its own): it trains on, an orphan, and writes its
-    # record whole; wait for it as a user would before rerunning.
+    # Ctrl-C stops the job too. kill -9 of Snakemake's group need not reach a
+    # Horovod rank (mpirun starts each rank in a process group of its own): it
+    # may train on, an orphan, and write its record whole; wait for it as a
+    # user would before rerunning.
     deadline = time.monotonic() + 120
     while _training_of(repo):
         assert signal_number == signal.SIGKILL, "Ctrl-C left a training running"

@@ -9,6 +9,7 @@ between ranks crosses between the nodes' addresses.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, copy_repository, snakemake, train_jobs
+from conftest import REPO, copy_repository, snakemake, start_snakemake, train_jobs
 
 LAB = os.path.join(REPO, "tests", "slurm-lab", "lab.sh")
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -152,49 +153,54 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_p
     config["benchmark"].update(data_dir="results/slurm-lab-cancel/data", iterations=30)
     config["grid"].update(framework=["horovod", "tf-single"], nodes=[1, 2], gpus_per_node=[1])
     args = profile_args(repo, "cancel.yaml", config)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    from conftest import SNAKEMAKE
-
-    run = subprocess.Popen(
-        ["timeout", "-s", "INT", "600", SNAKEMAKE, *args],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    target = "wildcards_horovod_small_cnn_16_2_1_1"
-    victim = None
-    deadline = time.monotonic() + 240
-    while victim is None and time.monotonic() < deadline:
-        queue = subprocess.run(
-            ["squeue", "-h", "-o", "%i %T %k"], capture_output=True, text=True
-        ).stdout.splitlines()
-        for line in queue:
-            job, state, comment = (line.split(" ", 2) + ["", ""])[:3]
-            if target in comment and state == "RUNNING":
-                victim = job
-        time.sleep(1)
-    assert victim, "the 2-node Horovod job never ran"
-    time.sleep(5)  # let it get into training
-    subprocess.run(["scancel", victim], check=True)
-    output, _ = run.communicate(timeout=600)
+    run = start_snakemake(repo, *args)
+    try:
+        target = "wildcards_horovod_small_cnn_16_2_1_1"
+        victim = None
+        deadline = time.monotonic() + 240
+        while victim is None and time.monotonic() < deadline:
+            queue = subprocess.run(
+                ["squeue", "-h", "-o", "%i %T %k"], capture_output=True, text=True
+            ).stdout.splitlines()
+            for line in queue:
+                job, state, comment = (line.split(" ", 2) + ["", ""])[:3]
+                if target in comment and state == "RUNNING":
+                    victim = job
+            time.sleep(1)
+        assert victim, "the 2-node Horovod job never ran"
+        time.sleep(5)  # let it get into training
+        subprocess.run(["scancel", victim], check=True)
+        output, _ = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.send_signal(signal.SIGINT)  # Snakemake cancels its SLURM jobs
+            run.wait(timeout=120)
 
     assert run.returncode != 0
     assert "Error in rule train" in output and "n2g1r1.json" in output
-    got = records(repo, "slurm-lab-cancel")
-    assert set(got) == {"horovod/small_cnn/b16/n1g1r1.json", "tf-single/small_cnn/b16/n1g1r1.json"}
     state = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-o", "State", "-j", victim], capture_output=True, text=True
     ).stdout.strip()
     assert state.startswith("CANCELLED")
+    # Its last attempt: the workflow recorded it as failed, from SLURM's log.
+    got = records(repo, "slurm-lab-cancel")
+    cancelled = got.pop("horovod/small_cnn/b16/n2g1r1.json")
+    assert cancelled["status"] == "failed"
+    assert cancelled["error"].startswith(f"SLURM ended the job: *** JOB {victim} ON ")
+    assert "CANCELLED AT" in cancelled["error"].splitlines()[0]
+    assert {r["status"] for r in got.values()} == {"ok"} and len(got) == 2
 
+    # Retrying it is the user's call: delete its record, and only it trains.
+    record = Path(repo, "results/slurm-lab-cancel/runs/horovod/small_cnn/b16/n2g1r1.json")
+    assert train_jobs(snakemake(repo, "-n", *args).stdout) == 0
+    record.unlink()
     dry = snakemake(repo, "-n", *args)
     output = dry.stdout + dry.stderr
     assert train_jobs(output) == 1 and "n2g1r1.json" in output
     again = snakemake(repo, *args, timeout=600)
     assert again.returncode == 0, again.stderr[-4000:]
-    assert len(records(repo, "slurm-lab-cancel")) == 3
+    got = records(repo, "slurm-lab-cancel")
+    assert len(got) == 3 and {r["status"] for r in got.values()} == {"ok"}
 
 
 def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab, tmp_path):

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SNAKEMAKE, copy_repository
+from conftest import SNAKEMAKE, copy_repository, start_snakemake
 from test_slurm import LAB, _lab_is_up, profile_args, records, study_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -46,22 +46,9 @@ def nodes_training() -> set[int]:
     return found
 
 
-def test_a_lost_node_fails_the_job_and_the_retry_runs_elsewhere(lab4, tmp_path):
-    repo = copy_repository(str(tmp_path / "repo"))
-    config = study_config(study="slurm-lab-node-loss", train_retries=1)
-    # Long enough to be running when the node dies; short on the retry.
-    config["benchmark"].update(data_dir="results/slurm-lab-node-loss/data", iterations=150)
-    config["benchmark"]["steps_per_iteration"] = 20
-    config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
-    args = profile_args(repo, "loss.yaml", config)
-    run = subprocess.Popen(
-        [SNAKEMAKE, *args],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+def run_and_lose_a_node(repo: str, args: list[str]) -> tuple[subprocess.Popen, str, set[int]]:
+    """Run Snakemake; once its job trains on 2 nodes, kill the second of them."""
+    run = start_snakemake(repo, *args)
     dead = None
     try:
         deadline = time.monotonic() + 300
@@ -79,6 +66,22 @@ def test_a_lost_node_fails_the_job_and_the_retry_runs_elsewhere(lab4, tmp_path):
             run.kill()
         if dead:
             subprocess.run([LAB, "revive-node", str(dead)], check=True, timeout=120)
+    return run, output, first_nodes
+
+
+def node_loss_study(study: str, train_retries: int) -> dict:
+    config = study_config(study=study, train_retries=train_retries)
+    # Long enough to be running when the node dies; short on the retry.
+    config["benchmark"].update(data_dir=f"results/{study}/data", iterations=150)
+    config["benchmark"]["steps_per_iteration"] = 20
+    config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
+    return config
+
+
+def test_a_lost_node_fails_the_job_and_the_retry_runs_elsewhere(lab4, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))
+    args = profile_args(repo, "loss.yaml", node_loss_study("slurm-lab-node-loss", 1))
+    run, output, first_nodes = run_and_lose_a_node(repo, args)
     assert run.returncode == 0, output[-4000:]
     assert "NODE_FAIL" in output or "node failure" in output
     record = records(repo, "slurm-lab-node-loss")["horovod/small_cnn/b16/n2g1r1.json"]
@@ -88,3 +91,28 @@ def test_a_lost_node_fails_the_job_and_the_retry_runs_elsewhere(lab4, tmp_path):
     # The failed attempt's log is kept (the plugin deletes successful jobs' logs).
     logs = list(Path(repo, ".snakemake", "slurm_logs", "rule_train").rglob("*.log"))
     assert len(logs) == 1 and "DUE TO NODE FAILURE" in logs[0].read_text(), logs
+
+
+def test_a_node_lost_on_the_last_attempt_is_recorded_as_failed(lab4, tmp_path):
+    # SLURM, not the run, ends this job: the run cannot write its record, and
+    # Snakemake deletes the job's output. The workflow records the point.
+    repo = copy_repository(str(tmp_path / "repo"))
+    study = "slurm-lab-node-lost"
+    args = profile_args(repo, "lost.yaml", node_loss_study(study, 0))
+    run, output, _ = run_and_lose_a_node(repo, args)
+    assert run.returncode != 0, output[-4000:]
+    assert "1 grid point(s) failed on their last attempt" in output, output[-4000:]
+    record = records(repo, study)["horovod/small_cnn/b16/n2g1r1.json"]
+    assert record["status"] == "failed" and record["images_per_sec"] is None
+    first_line = record["error"].splitlines()[0]
+    assert first_line.startswith("SLURM ended the job: *** JOB "), first_line
+    assert "DUE TO NODE FAILURE" in first_line
+    assert "--- tail of results/slurm-lab-node-lost/logs/train/horovod/" in record["error"]
+    # The next run submits nothing and builds the tables with FAILED there.
+    again = subprocess.run(
+        [SNAKEMAKE, *args], cwd=repo, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "rule train:" not in again.stdout + again.stderr
+    table = Path(repo, f"results/{study}/tables/table2.md").read_text()
+    assert "FAILED" in table, table

@@ -1,5 +1,6 @@
 # Grid expansion, configuration checks and input functions. Included first.
 import os
+import re
 import sys
 
 import yaml
@@ -12,11 +13,14 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from trainscale.study import (
+    KNOBS_RECORD_PATTERN,
+    RECORD_PATTERN,
     ConfigError,
     GridPoint,
     check_config,
     check_schema,
     job_shape,
+    knob_axes,
     record_path,
     run_settings,
     slurm_resources,
@@ -62,10 +66,20 @@ GENERATED_DATA = (
 )
 
 
+# A record's path below runs/ (and its log's below logs/train/), as wildcards:
+# with knob axes in the grid, a folder per knob combination.
+RECORD_STEM = KNOBS_RECORD_PATTERN if knob_axes(config) else RECORD_PATTERN
+
+
+def _one_of(values):
+    return "|".join(re.escape(str(value)) for value in sorted(values))
+
+
 # Wildcards only ever take the values of this study's grid.
 wildcard_constraints:
-    framework="|".join(sorted({p.framework for p in POINTS})),
-    model="|".join(sorted({p.model for p in POINTS})),
+    framework=_one_of({p.framework for p in POINTS}),
+    model=_one_of({p.model for p in POINTS}),
+    knobs=_one_of({p.knobs_name for p in POINTS}),
     batch_size=r"\d+",
     nodes=r"\d+",
     gpus_per_node=r"\d+",
@@ -74,10 +88,7 @@ wildcard_constraints:
 
 def point_of(wildcards):
     """The grid point a train job's wildcards name (only points of the grid exist)."""
-    stem = (
-        f"{wildcards.framework}/{wildcards.model}/b{wildcards.batch_size}/"
-        f"n{wildcards.nodes}g{wildcards.gpus_per_node}r{wildcards.repeat}"
-    )
+    stem = RECORD_STEM.format(**dict(wildcards.items()))
     if stem not in POINT_BY_STEM:
         raise WorkflowError(f"{stem} is not a point of study {STUDY}'s grid")
     return POINT_BY_STEM[stem]
@@ -148,3 +159,64 @@ def write_study_config():
     from trainscale.records import atomic_write_text
 
     atomic_write_text(target, yaml.safe_dump(dict(config), sort_keys=False))
+
+
+def slurm_job_logs(job):
+    """The SLURM logs of a job's attempts, oldest first, where the SLURM plugin
+    keeps them: .snakemake/slurm_logs/rule_<rule>/<wildcard values joined by _>/<id>.log.
+    """
+    folder = os.path.join(
+        ".snakemake",
+        "slurm_logs",
+        f"rule_{job.rule.name}",
+        "_".join(job.wildcards).replace(os.sep, "_"),
+    )
+    if not os.path.isdir(folder):
+        return []
+    logs = [
+        os.path.join(folder, name)
+        for name in os.listdir(folder)
+        if name.endswith(".log")
+    ]
+    return sorted(logs, key=os.path.getmtime)
+
+
+def record_lost_train_jobs():
+    """onerror: a record (`failed`, or `timeout` at SLURM's time limit) for each
+    train job that ended on its last attempt without writing one (SLURM ended
+    it, or its launcher was killed).
+
+    The run records every failure it sees itself; these are the ones Snakemake
+    saw instead, and it deletes a failed job's output. Only jobs whose retries
+    are spent count: Snakemake's scheduler keeps exactly those in `failed`; jobs
+    it cancelled on Ctrl-C are not there and stay unrecorded (rerun them with
+    --rerun-incomplete). The next run builds the tables with FAILED there.
+    """
+    from snakemake.logging import logger
+    from trainscale.records import atomic_write_json, lost_job_record
+
+    failed = getattr(getattr(workflow, "scheduler", None), "failed", None)
+    if failed is None:
+        logger.warning(
+            "trainscale: this Snakemake does not say which jobs failed; "
+            "train jobs that failed on their last attempt have no record"
+        )
+        return
+    written = []
+    for job in failed:
+        if job.rule.name != "train" or os.path.exists(job.output.record):
+            continue
+        settings = run_settings(config, point_of(job.wildcards))
+        logs = [*job.log, *slurm_job_logs(job)[-1:]]
+        time_limit_seconds = slurm(job.wildcards, job.attempt)["runtime"] * 60
+        record = lost_job_record(settings, logs, time_limit_seconds)
+        atomic_write_json(job.output.record, record)
+        written.append(job.output.record)
+    if written:
+        logger.error(
+            f"trainscale: {len(written)} grid point(s) failed on their last attempt; "
+            "recorded from their logs (the tables will show FAILED or TIMEOUT): "
+            + ", ".join(written)
+            + ". Run the same command again to build the tables; to retry those "
+            "points instead, delete their records."
+        )

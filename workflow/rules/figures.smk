@@ -15,6 +15,8 @@ rule figures:
     log:
         f"{RESULTS}/logs/figures.log",
     localrule: True
+    # Figures are drawn side by side, one process each (trainscale.figures).
+    threads: 2
     conda:
         "../../envs/analysis.yaml"
     params:

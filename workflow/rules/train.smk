@@ -7,9 +7,9 @@ rule train:
         # ancient: a regenerated (identical, seeded) archive never reruns a measurement.
         data=lambda wildcards: [ancient(GENERATED_DATA)] if GENERATED_DATA else [],
     output:
-        record=f"{RESULTS}/runs/{{framework}}/{{model}}/b{{batch_size}}/n{{nodes}}g{{gpus_per_node}}r{{repeat}}.json",
+        record=f"{RESULTS}/runs/{RECORD_STEM}.json",
     log:
-        f"{RESULTS}/logs/train/{{framework}}/{{model}}/b{{batch_size}}/n{{nodes}}g{{gpus_per_node}}r{{repeat}}.log",
+        f"{RESULTS}/logs/train/{RECORD_STEM}.log",
     retries: TRAIN_RETRIES
     conda:
         "../../envs/train.yaml"

@@ -11,4 +11,5 @@ write_figures(
     snakemake.params.reference,
     snakemake.params.framework,
     list(snakemake.input.reference),
+    workers=snakemake.threads,
 )
