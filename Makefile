@@ -57,8 +57,10 @@ demo-harness: train-env
 	TRAIN_VENV=$(TRAIN_VENV) DEMO_DIR=$(DEMO_DIR) bash tools/demo-harness.sh
 
 # Ratios measured side by side in one run (bench/run.py); prints, never fails on a goal.
+# On a GPU node: make bench BENCH_DEVICE=gpu (adds the device matrix).
+BENCH_DEVICE ?= cpu
 bench: train-env analysis-env
-	$(VENV)/bin/python bench/run.py
+	$(VENV)/bin/python bench/run.py --device $(BENCH_DEVICE)
 
 # Two environments, two pytest runs: the harness under TensorFlow, the
 # workflow (real Snakemake, which itself trains through .venv-train) under .venv.

@@ -152,6 +152,26 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def matrix_table(matrix: dict) -> str:
+    """The device matrix as Markdown: one row per framework, model, precision and XLA."""
+    lines = [
+        f"Device matrix: batch {matrix['batch_size']}, {matrix['image_size']}x"
+        f"{matrix['image_size']}, one {matrix['device'].upper()}, synthetic data",
+        "",
+        "| model | framework | precision | XLA | images/sec | MFU | device | status |",
+        "|---|---|---|---|---:|---:|---|---|",
+    ]
+    for row in matrix["rows"]:
+        rate = f"{row['images_per_sec']:.1f}" if row.get("images_per_sec") else ""
+        mfu = f"{row['mfu']:.3f}" if row.get("mfu") is not None else "unknown peak"
+        lines.append(
+            f"| {row['model']} | {row['framework']} | {row['precision']} | "
+            f"{'on' if row['xla'] else 'off'} | {rate} | {mfu} | "
+            f"{row.get('device_name') or ''} | {row['status']} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
@@ -178,8 +198,16 @@ def main() -> None:
         ),
         "workflow": run_json([sys.executable, os.path.join(HERE, "workflow_bench.py")]),
     }
+    if args.device == "gpu":
+        # The issue's GPU matrix (bench/device_matrix.py): 24 runs of VGG-16
+        # and ResNet-50 at 224x224.
+        results["device_matrix"] = run_json(
+            [args.train_python, os.path.join(HERE, "device_matrix.py"), "--device", "gpu"]
+        )
     results["wall_seconds"] = time.perf_counter() - start
     results["table"] = table(results)
+    if "device_matrix" in results:
+        results["table"] += "\n\n" + matrix_table(results["device_matrix"])
     from trainscale.records import atomic_write_json
 
     atomic_write_json(args.output, results)
