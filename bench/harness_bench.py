@@ -127,6 +127,24 @@ def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
+def ratio_interval(numerator: list[float], denominator: list[float]) -> list[float]:
+    """95% bootstrap interval of median(numerator) / median(denominator).
+
+    The blocks of a 2-core VM scatter by +-15% (its neighbours come and go):
+    a ratio of medians is only as sure as this interval says. Seeded, so a
+    rerun on the same numbers gives the same interval.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    top, bottom = np.asarray(numerator), np.asarray(denominator)
+    ratios = [
+        np.median(rng.choice(top, len(top))) / np.median(rng.choice(bottom, len(bottom)))
+        for _ in range(2000)
+    ]
+    return [float(v) for v in np.percentile(ratios, [2.5, 97.5])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
@@ -158,6 +176,7 @@ def main() -> None:
             "harness_images_per_sec": median(rates["harness"]),
             "keras_fit_images_per_sec": median(rates["keras"]),
             "ratio": median(rates["harness"]) / median(rates["keras"]),
+            "ratio_interval_95": ratio_interval(rates["harness"], rates["keras"]),
             "block_rates": rates,
         }
 
@@ -192,6 +211,9 @@ def main() -> None:
         "synthetic_training_images_per_sec": median(rates["synthetic"]),
         "headroom": median(pipeline) / median(rates["cifar100"]),
         "cifar100_over_synthetic": median(rates["cifar100"]) / median(rates["synthetic"]),
+        "cifar100_over_synthetic_interval_95": ratio_interval(
+            rates["cifar100"], rates["synthetic"]
+        ),
         "block_rates": {**rates, "pipeline": pipeline},
     }
 
@@ -206,13 +228,17 @@ def main() -> None:
             print(f"bench: {name} 1 replica: {runs[name][-1]}", file=sys.stderr, flush=True)
 
     # Medians over every block of both rounds.
+    def blocks(name):
+        return [x for run in runs[name] for x in run["block_rates"]]
+
     def rate(name):
-        return median([x for run in runs[name] for x in run["block_rates"]])
+        return median(blocks(name))
 
     results["one_replica"] = {
         name: {
             "images_per_sec": rate(name),
             "ratio_to_tf_single": rate(name) / rate("tf-single"),
+            "ratio_interval_95": ratio_interval(blocks(name), blocks("tf-single")),
             "fixed_seconds": median([r["fixed_seconds"] for r in runs[name]]),
             "wall_outside_timed_seconds": median(
                 [r["wall_outside_timed_seconds"] for r in runs[name]]

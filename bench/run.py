@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -62,6 +63,11 @@ def vs(measured: float, against: float) -> str:
     return f"{measured:.1f} vs {against:.1f} img/s"
 
 
+def interval(entry: dict, key: str = "ratio_interval_95") -> str:
+    low_high = entry.get(key)
+    return f"; 95% interval {low_high[0]:.3f}-{low_high[1]:.3f}" if low_high else ""
+
+
 def rows(results: dict) -> list[tuple[str, float, str, str]]:
     """(what, measured, goal, numbers behind it)."""
     harness, one, data, flow = (
@@ -77,7 +83,8 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
                 f"harness / model.fit, {model}",
                 entry["ratio"],
                 ">= 1.00",
-                vs(entry["harness_images_per_sec"], entry["keras_fit_images_per_sec"]),
+                vs(entry["harness_images_per_sec"], entry["keras_fit_images_per_sec"])
+                + interval(entry),
             )
         )
     for name in ("horovod", "tf-mirrored", "tf-multiworker"):
@@ -86,7 +93,8 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
                 f"{name} (1 replica) / tf-single",
                 one[name]["ratio_to_tf_single"],
                 ">= 0.97",
-                vs(one[name]["images_per_sec"], one["tf-single"]["images_per_sec"]),
+                vs(one[name]["images_per_sec"], one["tf-single"]["images_per_sec"])
+                + interval(one[name]),
             )
         )
     out.append(
@@ -102,7 +110,8 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
             "cifar100 training / synthetic training",
             data["cifar100_over_synthetic"],
             ">= 0.95",
-            vs(data["cifar100_training_images_per_sec"], data["synthetic_training_images_per_sec"]),
+            vs(data["cifar100_training_images_per_sec"], data["synthetic_training_images_per_sec"])
+            + interval(data, "cifar100_over_synthetic_interval_95"),
         )
     )
     for name, entry in one.items():
@@ -137,9 +146,16 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
     return out
 
 
-def met(value: float, goal: str) -> str:
+def met(value: float, goal: str, detail: str = "") -> str:
     if goal.startswith(">="):
-        return "yes" if value >= float(goal.split()[1]) else "NO"
+        bound = float(goal.split()[1])
+        if value >= bound:
+            return "yes"
+        # Missed, but is the miss larger than the machine's noise?
+        found = re.search(r"95% interval ([\d.]+)-([\d.]+)", detail)
+        if found and float(found[2]) >= bound:
+            return "NO (within noise)"
+        return "NO"
     if goal.startswith("<"):
         return "yes" if value < float(goal.split()[1].rstrip(",")) else "NO"
     return ""
@@ -148,7 +164,7 @@ def met(value: float, goal: str) -> str:
 def table(results: dict) -> str:
     lines = ["| measured | value | goal | met | from |", "|---|---:|---|---|---|"]
     for what, value, goal, detail in rows(results):
-        lines.append(f"| {what} | {value:.3f} | {goal} | {met(value, goal)} | {detail} |")
+        lines.append(f"| {what} | {value:.3f} | {goal} | {met(value, goal, detail)} | {detail} |")
     return "\n".join(lines)
 
 
