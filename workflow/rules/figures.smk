@@ -15,10 +15,10 @@ rule figures:
     log:
         f"{RESULTS}/logs/figures.log",
     localrule: True
-    # Figures are drawn side by side, one process each (trainscale.figures).
-    threads: 2
     conda:
         "../../envs/analysis.yaml"
+    # Figures are drawn side by side, one process each (trainscale.figures).
+    threads: 2
     params:
         reference=REFERENCE,
         framework=WEAK_SCALING_FRAMEWORK,
