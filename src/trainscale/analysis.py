@@ -23,7 +23,7 @@ import pandas as pd
 
 from trainscale.records import read_record
 from trainscale.settings import RunSettings
-from trainscale.study import KNOB_AXES, knob_text
+from trainscale.study import KNOB_AXES, join_knobs, knob_text, parse_knobs
 
 SETTING_DEFAULTS = {
     f.name: f.default
@@ -53,14 +53,7 @@ FRAMEWORK_LABELS = {
 }
 COLUMNS = [
     "study",
-    "framework",
-    "model",
-    "dataset",
-    "image_size",
-    "batch_size",
-    "knobs",
-    "nodes",
-    "gpus_per_node",
+    *POINT,
     "gpus",
     "repeat",
     "device",
@@ -79,15 +72,6 @@ COLUMNS = [
 ]
 
 
-def parse_knobs(knobs: str) -> list[tuple[str, str]]:
-    """'precision=fp16,xla=true' -> [('precision', 'fp16'), ('xla', 'true')]."""
-    return [tuple(pair.split("=", 1)) for pair in knobs.split(",") if pair]
-
-
-def _join_knobs(pairs) -> str:
-    return ",".join(f"{name}={text}" for name, text in pairs)
-
-
 def add_series(frame: pd.DataFrame) -> pd.DataFrame:
     """Split each row's knobs into where the tables and figures show them.
 
@@ -100,8 +84,8 @@ def add_series(frame: pd.DataFrame) -> pd.DataFrame:
     shared, series = [], []
     for framework, knobs in zip(frame["framework"], frame["knobs"], strict=True):
         pairs = parse_knobs(knobs)
-        shared.append(_join_knobs(p for p in pairs if KNOB_AXES.get(p[0]) is None))
-        own = _join_knobs(p for p in pairs if framework in (KNOB_AXES.get(p[0]) or ()))
+        shared.append(join_knobs(p for p in pairs if KNOB_AXES.get(p[0]) is None))
+        own = join_knobs(p for p in pairs if framework in (KNOB_AXES.get(p[0]) or ()))
         series.append(f"{framework} {own}" if own else framework)
     frame["panel_knobs"] = shared
     frame["series"] = series
@@ -125,12 +109,6 @@ def series_order(series: str) -> tuple:
 RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
 
 
-def path_knobs(path: str) -> str:
-    """The knobs folder of a record's path ('' when it has none)."""
-    match = RECORD_PATH.search(path)
-    return (match[4] or "") if match else ""
-
-
 def record_row(study: str, path: str) -> dict:
     record = read_record(path)
     rate = record.get("images_per_sec") or {}
@@ -144,7 +122,7 @@ def record_row(study: str, path: str) -> dict:
         "dataset": record["dataset"],
         "image_size": record["image_size"],
         "batch_size": record["batch_size"],
-        "knobs": path_knobs(path),
+        "knobs": (match[4] or "") if match else "",
         "nodes": record["nodes"],
         "gpus_per_node": record["gpus_per_node"],
         "gpus": gpus,
@@ -201,6 +179,8 @@ def check_record(path: str, expected: dict | None = None) -> dict:
         ) from None
     except ValueError as err:
         raise CollectError(str(err)) from None
+    # A setting newer than the record was at its default when it was measured.
+    measured = {**SETTING_DEFAULTS, **(record.get("settings") or {})}
     match = RECORD_PATH.search(path)
     if match:
         named = dict(
@@ -208,7 +188,6 @@ def check_record(path: str, expected: dict | None = None) -> dict:
         )
         found = {key: record.get(key) for key in GRID_KEYS}
         # The knobs its folder names, as the record's settings have them.
-        measured = {**SETTING_DEFAULTS, **(record.get("settings") or {})}
         for name, text in parse_knobs(match[4] or ""):
             named[name] = text
             found[name] = knob_text(measured.get(name)) if name in measured else None
@@ -218,8 +197,6 @@ def check_record(path: str, expected: dict | None = None) -> dict:
                 f"{path}: the record is of another grid point than its path ({wrong})"
             )
     if expected is not None and record.get("source", "measured") == "measured":
-        # A setting newer than the record was at its default when it was measured.
-        measured = {**SETTING_DEFAULTS, **(record.get("settings") or {})}
         differ = sorted(k for k, v in expected.items() if k != "data_dir" and measured.get(k) != v)
         if differ:
             shown = ", ".join(f"{k}={measured.get(k)!r} (config: {expected[k]!r})" for k in differ)
@@ -337,6 +314,11 @@ def ok_only(combined: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------
 
 
+def _varies(frame: pd.DataFrame, column: str) -> bool:
+    """Whether any row has knobs in `column`: only then do tables show it."""
+    return bool(len(frame)) and bool(frame[column].astype(bool).any())
+
+
 def _series_in(frame: pd.DataFrame) -> list[str]:
     return sorted(set(frame["series"]), key=series_order)
 
@@ -352,7 +334,7 @@ def _per_panel(combined: pd.DataFrame, build) -> pd.DataFrame:
     there when the grid varies such knobs.
     """
     parts = []
-    with_knobs = bool(combined["panel_knobs"].astype(bool).any()) if len(combined) else False
+    with_knobs = _varies(combined, "panel_knobs")
     for (model, batch_size, knobs), part in combined.groupby(PANEL, sort=True):
         table = build(part)
         if with_knobs:
@@ -437,7 +419,7 @@ def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
         "mfu",
         "status",
     ]
-    if len(combined) and combined["knobs"].astype(bool).any():
+    if _varies(combined, "knobs"):
         columns.insert(2, "knobs")
     frame = combined[columns].copy()
     frame["order"] = frame["framework"].map(FRAMEWORK_ORDER.index)
@@ -456,7 +438,7 @@ def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataF
     theirs = theirs.rename(columns={c: f"reference_{c}" for c in theirs.columns if c not in keys})
     merged = combined.merge(theirs, on=keys)
     merged["ratio"] = merged["images_per_sec_mean"] / merged["reference_images_per_sec_mean"]
-    knobs = ["knobs"] if len(merged) and merged["knobs"].astype(bool).any() else []
+    knobs = ["knobs"] if _varies(merged, "knobs") else []
     columns = keys + [
         *knobs,
         "gpus",

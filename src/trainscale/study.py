@@ -32,8 +32,8 @@ from trainscale.settings import RunSettings, SettingsError, validate
 
 AXES = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
 # Settings a grid may vary too (`grid.precision: [fp32, fp16]`): each list
-# overrides benchmark.<name>. A knob only some frameworks read (the value)
-# takes just its first listed value for the others: varying it there would
+# overrides benchmark.<name>. Each maps to the frameworks that read it (None:
+# all). The others take just its first listed value: varying it there would
 # measure the same thing twice.
 KNOB_AXES = {
     "precision": None,
@@ -60,6 +60,21 @@ def knob_text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def join_knobs(pairs) -> str:
+    """[('precision', 'fp16'), ('xla', 'true')] -> 'precision=fp16,xla=true' (a path folder)."""
+    return ",".join(f"{name}={text}" for name, text in pairs)
+
+
+def parse_knobs(knobs: str) -> list[tuple[str, str]]:
+    """'precision=fp16,xla=true' -> [('precision', 'fp16'), ('xla', 'true')]."""
+    return [tuple(pair.split("=", 1)) for pair in knobs.split(",") if pair]
+
+
+def reads_knob(framework: str, name: str) -> bool:
+    readers = KNOB_AXES[name]
+    return readers is None or framework in readers
+
+
 @dataclass(frozen=True, order=True)
 class GridPoint:
     framework: str
@@ -78,7 +93,7 @@ class GridPoint:
     @property
     def knobs_name(self) -> str:
         """'precision=fp16,xla=true': the knobs' folder in the record path ('' if none)."""
-        return ",".join(f"{name}={knob_text(value)}" for name, value in self.knobs)
+        return join_knobs((name, knob_text(value)) for name, value in self.knobs)
 
     def stem(self) -> str:
         """The record's path below results/{study}/runs/, without `.json`."""
@@ -126,10 +141,7 @@ def knob_axes(config: dict) -> list[str]:
 
 def _knob_combinations(grid: dict, names: list[str], framework: str):
     """Every combination of the knob axes this framework reads (the first value of others)."""
-    choices = [
-        grid[name] if KNOB_AXES[name] is None or framework in KNOB_AXES[name] else grid[name][:1]
-        for name in names
-    ]
+    choices = [grid[name] if reads_knob(framework, name) else grid[name][:1] for name in names]
     for values in itertools.product(*choices):
         yield tuple(zip(names, values, strict=True))
 
