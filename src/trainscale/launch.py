@@ -9,6 +9,7 @@ processes as srun job steps across the job's nodes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -247,8 +248,75 @@ def slurm_job_reason() -> str:
         return ""
 
 
-def _stop(processes: list[subprocess.Popen], grace: float = 10.0) -> None:
-    """Terminate what still runs; kill what ignores it (a hung TF worker ignores SIGTERM)."""
+class ProcessTree:
+    """Every process started under the launcher's children, remembered by pid and start time.
+
+    On Ctrl-C, mpirun exits at once and its ranks (each in a process group of
+    its own) train on for a moment as orphans of init, out of reach of
+    Popen.wait: the launcher would return, and Snakemake with it, while they
+    still run. Remembering them lets the launcher end and wait for them too.
+    The start time tells a remembered process from a later one given its pid.
+    """
+
+    def __init__(self) -> None:
+        self.start_times: dict[int, str] = {}
+
+    @staticmethod
+    def _stat(pid: int) -> list[str] | None:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                # Fields after the command name, which may hold spaces: state is
+                # the first, the start time the 20th.
+                return stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        children = []
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as listing:
+                    children += [int(child) for child in listing.read().split()]
+        except OSError:
+            pass  # ended meanwhile, or a kernel without the children file
+        return children
+
+    def update(self, processes: list[subprocess.Popen]) -> None:
+        """Remember the descendants of the still-running processes."""
+        # Walk the whole tree each time: a process seen before may have
+        # started children since (horovodrun's middleman, then the rank).
+        pending = [proc.pid for proc in processes if proc.returncode is None]
+        while pending:
+            for child in self._children(pending.pop()):
+                stat = self._stat(child)
+                if stat:
+                    self.start_times.setdefault(child, stat[19])
+                    pending.append(child)
+
+    def alive(self) -> list[int]:
+        """The remembered processes still running (a zombie has ended)."""
+        running = []
+        for pid, start_time in self.start_times.items():
+            stat = self._stat(pid)
+            if stat and stat[19] == start_time and stat[0] not in "ZX":
+                running.append(pid)
+        return running
+
+    def signal(self, number: int) -> None:
+        for pid in self.alive():
+            with contextlib.suppress(OSError):  # ended meanwhile
+                os.kill(pid, number)
+
+
+def _stop(processes: list[subprocess.Popen], tree: ProcessTree, grace: float = 10.0) -> None:
+    """End every process of the run, and return only when all are gone.
+
+    Terminate the children first (mpirun passes it on to its ranks); then any
+    descendant they left behind; kill what ignores it (a hung TF worker
+    ignores SIGTERM).
+    """
+    tree.update(processes)
     for proc in processes:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -259,6 +327,12 @@ def _stop(processes: list[subprocess.Popen], grace: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    tree.signal(signal.SIGTERM)
+    while tree.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    tree.signal(signal.SIGKILL)
+    while tree.alive() and time.monotonic() < deadline + 5:
+        time.sleep(0.1)
 
 
 # How running out of memory shows in a process's output. TensorFlow on CPU
@@ -374,13 +448,14 @@ def launch(
         limit = slurm_watchdog()
         timeout = min(t for t in (timeout, limit) if t) if (timeout or limit) else 0
     processes, relays, oom_lines = [], [], []
+    tree = ProcessTree()
     cgroup = MemoryCgroup.of_this_process()
     oom_kills_before = cgroup.oom_kills() if cgroup else None
     terminated = threading.Event()
     start = time.monotonic()
 
     def finish(code, timed_out=False):
-        _stop(processes)
+        _stop(processes, tree)
         for relay in relays:
             relay.join(timeout=5)
         if code and not oom_lines and cgroup and (cgroup.oom_kills() or 0) > oom_kills_before:
@@ -413,6 +488,7 @@ def launch(
             relays.append(relay)
         while True:
             codes = [proc.poll() for proc in processes]
+            tree.update(processes)
             failed = [code for code in codes if code not in (None, 0)]
             if terminated.is_set():
                 return finish(failed[0] if failed else -signal.SIGTERM)
@@ -426,7 +502,7 @@ def launch(
                 return finish(-1, timed_out=True)
             time.sleep(0.2)
     except BaseException:
-        _stop(processes)
+        _stop(processes, tree)
         raise
     finally:
         if in_main_thread:

@@ -1,5 +1,6 @@
 """Out of memory, the watchdog, and a rank that dies: outcomes, never hangs, never numbers."""
 
+import contextlib
 import os
 import resource
 import signal
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import TRAINSCALE, load_json, trainscale
 
-from trainscale.launch import OOM_SIGNS
+from trainscale.launch import OOM_SIGNS, ProcessTree, _stop
 
 pytestmark = pytest.mark.slow
 
@@ -233,6 +234,81 @@ def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path):
     assert time.monotonic() - killed_at < 30  # no rank left spinning in a collective
     assert not output.exists()
     assert "exited with" in stderr
+
+
+def test_stopping_a_run_ends_and_waits_for_an_orphan_deaf_to_sigterm():
+    # A child that leaves a grandchild ignoring SIGTERM behind: what a rank is
+    # to the launcher once mpirun has gone, if the rank is hung.
+    child = subprocess.Popen(["sh", "-c", "sh -c 'trap \"\" TERM; sleep 600' & wait"])
+    tree = ProcessTree()
+    deadline = time.monotonic() + 10
+    while len(tree.start_times) < 2:  # the inner shell and its sleep
+        assert time.monotonic() < deadline, "the grandchild never started"
+        tree.update([child])
+        time.sleep(0.1)
+    grandchildren = tree.alive()
+    start = time.monotonic()
+    _stop([child], tree, grace=1)
+    assert child.returncode is not None
+    assert tree.alive() == [] and len(grandchildren) == 2
+    assert time.monotonic() - start < 1 + 5  # the grace, then SIGKILL's wait
+
+
+def _processes_writing(output: Path) -> list[int]:
+    """Pids of the training processes (any rank or worker) of the run writing `output`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        # `python -m trainscale train ...`, not mpirun or horovodrun naming it.
+        training = argv[1:4] == [b"-m", b"trainscale", b"train"]
+        if training and str(output).encode() in argv and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize(
+    "launch_options",
+    [
+        ["--framework", "horovod"],
+        ["--framework", "horovod", "--horovod-launcher", "gloo"],
+        ["--framework", "tf-multiworker"],
+    ],
+    ids=["horovod-mpi", "horovod-gloo", "multiworker"],
+)
+def test_ctrl_c_ends_every_rank_before_the_launcher_returns(tmp_path, launch_options):
+    # Ctrl-C reaches the terminal's process group: the launcher and mpirun, but
+    # not the ranks, which mpirun starts in process groups of their own. mpirun
+    # exits at once and its ranks train on as orphans; Snakemake, seeing the
+    # job end, would exit with them still running. The launcher must return
+    # only when every process of the run is gone.
+    output = tmp_path / "r.json"
+    run = subprocess.Popen(
+        [*TRAINSCALE, "run", *launch_options, *ENDLESS_HOROVOD[2:], "--output", str(output)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal of its own, to press Ctrl-C in
+    )
+    try:
+        second_process(output)
+        time.sleep(5)  # into the training
+        assert len(_processes_writing(output)) == 2
+        os.killpg(run.pid, signal.SIGINT)
+        interrupted_at = time.monotonic()
+        run.wait(timeout=60)
+        returned_after = time.monotonic() - interrupted_at
+        left = _processes_writing(output)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    print(f"{' '.join(launch_options)}: returned {returned_after:.1f} s after Ctrl-C")
+    assert run.returncode != 0
+    assert left == [], f"trainings still running after the launcher returned: {left}"
+    assert returned_after < 20  # 10 s for SIGTERM, then SIGKILL and its 5 s
+    assert not output.exists()
 
 
 def test_concurrent_runs_on_one_machine_do_not_collide(tmp_path, cifar_dir):
