@@ -39,6 +39,22 @@ STUDY = {
 RECORD = "results/tiny-cpu/runs/horovod/small_cnn/b16/n1g2r1.json"
 
 
+def study_variant(name: str, grid=None, benchmark=None, **settings) -> dict:
+    """STUDY under another name (its own data folder, no reference), some keys changed."""
+    return {
+        **STUDY,
+        "study": name,
+        "reference": None,
+        **settings,
+        "grid": {**STUDY["grid"], **(grid or {})},
+        "benchmark": {
+            **STUDY["benchmark"],
+            "data_dir": f"results/{name}/data",
+            **(benchmark or {}),
+        },
+    }
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     repo = copy_repository(str(tmp_path_factory.mktemp("local") / "repo"))
@@ -132,21 +148,17 @@ def test_saved_config_regenerates_the_figures_without_training(study, tmp_path):
 @pytest.mark.slow
 def test_knob_axes_run_as_grid_points_of_their_own(tmp_path):
     repo = copy_repository(str(tmp_path / "repo"))
-    study = {
-        **STUDY,
-        "study": "knobs",
-        "reference": None,
+    study = study_variant(
+        "knobs",
         # XLA for every framework; fp16 compression for Horovod only.
-        "grid": {
-            **STUDY["grid"],
+        grid={
             "framework": ["tf-single", "horovod"],
             "gpus_per_node": [1],
             "xla": [False, True],
             "horovod_compression": ["none", "fp16"],
         },
-        "constraints": {},
-        "benchmark": {**STUDY["benchmark"], "data_dir": "results/knobs/data"},
-    }
+        constraints={},
+    )
     args = local_study(repo, study)
     result = snakemake(repo, *args, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -181,15 +193,13 @@ def test_knob_axes_run_as_grid_points_of_their_own(tmp_path):
 def test_a_point_that_keeps_failing_is_retried_then_recorded_as_failed(tmp_path):
     # Asking for a GPU on this GPU-less machine fails every time, for real.
     repo = copy_repository(str(tmp_path / "repo"))
-    study = {
-        **STUDY,
-        "study": "fails",
-        "reference": None,
-        "train_retries": 1,
-        "grid": {**STUDY["grid"], "framework": ["tf-single"], "gpus_per_node": [1]},
-        "constraints": {},
-        "benchmark": {**STUDY["benchmark"], "device": "gpu", "dataset": "synthetic"},
-    }
+    study = study_variant(
+        "fails",
+        grid={"framework": ["tf-single"], "gpus_per_node": [1]},
+        benchmark={"device": "gpu", "dataset": "synthetic"},
+        train_retries=1,
+        constraints={},
+    )
     del study["benchmark"]["data_dir"], study["benchmark"]["generate_cifar100_images"]
     args = local_study(repo, study)
     result = snakemake(repo, *args)
@@ -241,21 +251,13 @@ def test_a_job_killed_on_its_last_attempt_is_recorded_as_failed(tmp_path):
     # whole job, or an admin, would): the run writes nothing, Snakemake sees
     # the job fail and deletes its output; the workflow records the point.
     repo = copy_repository(str(tmp_path / "repo"))
-    study = {
-        **STUDY,
-        "study": "killed",
-        "reference": None,
-        "train_retries": 0,
-        "grid": {**STUDY["grid"], "framework": ["tf-single"], "gpus_per_node": [1]},
-        "constraints": {},
-        "benchmark": {
-            **STUDY["benchmark"],
-            "data_dir": "results/killed/data",
-            "iterations": 100,
-            "steps_per_iteration": 10,
-        },
-    }
-    study["grid"]["batch_size"] = [16, 32]
+    study = study_variant(
+        "killed",
+        grid={"framework": ["tf-single"], "gpus_per_node": [1], "batch_size": [16, 32]},
+        benchmark={"iterations": 100, "steps_per_iteration": 10},
+        train_retries=0,
+        constraints={},
+    )
     args = local_study(repo, study)
     snakemake_run = start_snakemake(repo, *args)
     try:
@@ -296,21 +298,14 @@ def test_a_job_killed_on_its_last_attempt_is_recorded_as_failed(tmp_path):
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
 def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path, signal_number):
     repo = copy_repository(str(tmp_path / "repo"))
-    study = {
-        **STUDY,
-        "study": "interrupted",
-        "reference": None,
-        # No retries: a job cancelled by Ctrl-C is not a failure to record.
-        "train_retries": 0,
-        "grid": {**STUDY["grid"], "framework": ["tf-single", "horovod"], "gpus_per_node": [1, 2]},
+    study = study_variant(
+        "interrupted",
+        grid={"framework": ["tf-single", "horovod"], "gpus_per_node": [1, 2]},
         # Long enough (about 2,000 steps) to be interrupted inside a training.
-        "benchmark": {
-            **STUDY["benchmark"],
-            "data_dir": "results/interrupted/data",
-            "iterations": 200,
-            "steps_per_iteration": 10,
-        },
-    }
+        benchmark={"iterations": 200, "steps_per_iteration": 10},
+        # No retries: a job cancelled by Ctrl-C is not a failure to record.
+        train_retries=0,
+    )
     args = local_study(repo, study)
     runs = Path(repo, "results", "interrupted", "runs")
     # A session of its own: Ctrl-C reaches every process of the terminal's

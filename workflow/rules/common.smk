@@ -161,9 +161,10 @@ def write_study_config():
     atomic_write_text(target, yaml.safe_dump(dict(config), sort_keys=False))
 
 
-def slurm_job_logs(job):
-    """The SLURM logs of a job's attempts, oldest first, where the SLURM plugin
-    keeps them: .snakemake/slurm_logs/rule_<rule>/<wildcard values joined by _>/<id>.log.
+def last_slurm_log(job):
+    """The SLURM log of a job's last attempt (a list of none or one), where the
+    SLURM plugin keeps them: .snakemake/slurm_logs/rule_<rule>/<wildcard values
+    joined by _>/<SLURM job id>.log, one per attempt.
     """
     folder = os.path.join(
         ".snakemake",
@@ -178,7 +179,7 @@ def slurm_job_logs(job):
         for name in os.listdir(folder)
         if name.endswith(".log")
     ]
-    return sorted(logs, key=os.path.getmtime)
+    return [max(logs, key=os.path.getmtime)] if logs else []
 
 
 def record_lost_train_jobs():
@@ -207,7 +208,7 @@ def record_lost_train_jobs():
         if job.rule.name != "train" or os.path.exists(job.output.record):
             continue
         settings = run_settings(config, point_of(job.wildcards))
-        logs = [*job.log, *slurm_job_logs(job)[-1:]]
+        logs = [*job.log, *last_slurm_log(job)]
         time_limit_seconds = slurm(job.wildcards, job.attempt)["runtime"] * 60
         record = lost_job_record(settings, logs, time_limit_seconds)
         atomic_write_json(job.output.record, record)
