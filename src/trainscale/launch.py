@@ -262,12 +262,14 @@ class ProcessTree:
         self.start_times: dict[int, str] = {}
 
     @staticmethod
-    def _stat(pid: int) -> list[str] | None:
+    def _state_and_start_time(pid: int) -> tuple[str, str] | None:
+        """From /proc/<pid>/stat; None once the process is gone."""
         try:
             with open(f"/proc/{pid}/stat") as stat:
                 # Fields after the command name, which may hold spaces: state is
                 # the first, the start time the 20th.
-                return stat.read().rsplit(")", 1)[1].split()
+                fields = stat.read().rsplit(")", 1)[1].split()
+            return fields[0], fields[19]
         except (OSError, IndexError):
             return None
 
@@ -289,17 +291,17 @@ class ProcessTree:
         pending = [proc.pid for proc in processes if proc.returncode is None]
         while pending:
             for child in self._children(pending.pop()):
-                stat = self._stat(child)
-                if stat:
-                    self.start_times.setdefault(child, stat[19])
+                found = self._state_and_start_time(child)
+                if found:
+                    self.start_times.setdefault(child, found[1])
                     pending.append(child)
 
     def alive(self) -> list[int]:
         """The remembered processes still running (a zombie has ended)."""
         running = []
         for pid, start_time in self.start_times.items():
-            stat = self._stat(pid)
-            if stat and stat[19] == start_time and stat[0] not in "ZX":
+            found = self._state_and_start_time(pid)
+            if found and found[1] == start_time and found[0] not in "ZX":
                 running.append(pid)
         return running
 
