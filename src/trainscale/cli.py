@@ -64,6 +64,14 @@ def _options() -> argparse.ArgumentParser:
     measure.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
     measure.add_argument("--iterations", type=int, default=defaults.iterations)
     measure.add_argument("--steps-per-iteration", type=int, default=defaults.steps_per_iteration)
+    measure.add_argument(
+        "--time-budget-seconds",
+        type=float,
+        default=defaults.time_budget_seconds,
+        metavar="SECONDS",
+        help="stop timing blocks once they have taken this long (at least 2, at most "
+        "--iterations); 0: time exactly --iterations blocks (default)",
+    )
     measure.add_argument("--seed", type=int, default=defaults.seed)
     training = p.add_argument_group("training")
     training.add_argument(

@@ -61,6 +61,10 @@ class RunSettings:
     warmup_steps: int = 10
     iterations: int = 10
     steps_per_iteration: int = 20
+    # 0: time exactly `iterations` blocks. Else stop once the timed blocks
+    # have taken this long (at least 2 blocks, at most `iterations`): a demo's
+    # work bounded by time on a CPU of any speed (trainscale.timing.BlockBudget).
+    time_budget_seconds: float = 0.0
     seed: int = 1234
     optimizer: str = "adam"
     learning_rate: float = 1e-3
@@ -172,7 +176,7 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
         )
     if s.collective_implementation == "nccl" and s.device != "gpu":
         raise SettingsError("--collective-implementation nccl needs --device gpu")
-    for name in ("horovod_fusion_threshold_mb", "all_reduce_pack_mb"):
+    for name in ("horovod_fusion_threshold_mb", "all_reduce_pack_mb", "time_budget_seconds"):
         if not getattr(s, name) >= 0:
             raise SettingsError(
                 f"--{name.replace('_', '-')} must be zero or positive, got {getattr(s, name)}"

@@ -14,6 +14,8 @@ Definitions (also in the README):
 - Reported: mean and sample standard deviation (ddof=1) over blocks.
 - Step time is block seconds / steps: steps are not synced one by one (that
   would slow them), so percentiles are over block means, not single steps.
+- With a time budget, the number of blocks is what fit in it (BlockBudget);
+  the record says how many were timed (`blocks`).
 """
 
 from __future__ import annotations
@@ -67,7 +69,35 @@ class BlockTimes:
                 "basis": "block mean per step on the writing process",
             },
             "timed_seconds": float(np.sum(self.seconds)),
+            "blocks": len(self.seconds),
         }
+
+
+@dataclass
+class BlockBudget:
+    """How many blocks to time: `most`, or, with a budget of `seconds` > 0, as
+    many as fit in it — at least `least` (a std needs two), at most `most`.
+
+    Time is counted on the slowest process (each block's seconds are gathered),
+    so every process reaches the same decision after the same block: a
+    collective that one process skipped would hang the others. The last block
+    may end past the budget: a run's timed part takes at most
+    budget + one block (or `least` blocks), whatever the CPU's speed.
+    """
+
+    most: int
+    seconds: float = 0.0
+    least: int = 2
+    blocks: int = 0
+    spent: float = 0.0
+
+    def done_after(self, slowest_block_seconds: float) -> bool:
+        """Count one block; whether no further block should be timed."""
+        self.blocks += 1
+        self.spent += slowest_block_seconds
+        if self.blocks >= self.most:
+            return True
+        return self.seconds > 0 and self.blocks >= self.least and self.spent >= self.seconds
 
 
 class Stopwatch:

@@ -14,7 +14,7 @@ from trainscale.flops import training_flops_per_image, utilisation
 from trainscale.frameworks import Framework, create_framework, require_cuda_devices
 from trainscale.models import build_model
 from trainscale.settings import RunSettings
-from trainscale.timing import BlockTimes, Stopwatch
+from trainscale.timing import BlockBudget, BlockTimes, Stopwatch
 
 _POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 
@@ -240,6 +240,7 @@ def train(
         replicas_in_process=framework.replicas_in_process,
         steps_per_block=settings.steps_per_iteration,
     )
+    budget = BlockBudget(settings.iterations, settings.time_budget_seconds)
     for block in range(settings.iterations):
         block_clock = Stopwatch()
         for _ in range(settings.steps_per_iteration):
@@ -248,8 +249,10 @@ def train(
         # the block. Nothing else leaves the device inside the timed region.
         loss_value = float(loss)
         seconds = block_clock.elapsed()
-        # Outside the timed region: every process's rate (and loss share).
-        gathered = framework.gather_rows(np.array([blocks.local_rate(seconds), loss_value]))
+        # Outside the timed region: every process's rate, loss share and seconds.
+        gathered = framework.gather_rows(
+            np.array([blocks.local_rate(seconds), loss_value, seconds])
+        )
         total = blocks.add(seconds, gathered[:, 0])
         if not framework.loss_is_global:
             loss_value = float(gathered[:, 1].sum())
@@ -260,6 +263,8 @@ def train(
                 f"{seconds / settings.steps_per_iteration * 1000:.1f} ms/step, "
                 f"loss {loss_value:.4f}"
             )
+        if budget.done_after(float(gathered[:, 2].max())):
+            break
 
     processes = framework.gather_json(
         {**process_description(framework), "peak_memory": peak_memory(framework)}
@@ -308,6 +313,6 @@ def train(
         np.savez(weights_file, **arrays)
     log(
         f"{who}: {record['images_per_sec']['mean']:.1f} ± {record['images_per_sec']['std']:.1f} "
-        f"img/s total over {settings.iterations} blocks"
+        f"img/s total over {summary['blocks']} blocks"
     )
     return record

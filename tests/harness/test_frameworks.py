@@ -84,3 +84,40 @@ def test_framework_run_writes_an_ok_record(
     # Per-block progress lines reach stderr while it runs.
     assert "block 2/2" in result.stderr
     assert "images/sec total" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["horovod", "tf-multiworker"])
+def test_a_time_budget_bounds_the_timed_blocks_on_every_process(tmp_path, framework):
+    # Two processes must stop after the same block (else one waits forever in
+    # the next block's collective); the record says how many fit.
+    output = tmp_path / "record.json"
+    result = trainscale(
+        "run",
+        "--framework",
+        framework,
+        "--gpus-per-node",
+        "2",
+        "--model",
+        "small_cnn",
+        "--dataset",
+        "synthetic",
+        *TINY,
+        "--iterations",
+        "100000",
+        "--time-budget-seconds",
+        "2",
+        "--output",
+        str(output),
+        check=True,
+    )
+    record = load_json(output)
+    blocks = record["blocks"]
+    assert record["settings"]["time_budget_seconds"] == 2.0
+    assert 2 <= blocks < 100000 and len(record["images_per_sec"]["samples"]) == blocks
+    # The budget is counted on the slowest process; each step's all-reduce keeps
+    # the processes in step, so the chief's own blocks took about as long.
+    slowest_block = record["step_time_ms"]["p99"] * 2 / 1000  # 2 steps a block
+    assert 1.5 <= record["timed_seconds"] <= 2.0 + 2 * slowest_block + 0.5
+    assert f"block {blocks}/100000" in result.stderr
+    assert f"block {blocks + 1}/100000" not in result.stderr

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from trainscale.timing import BlockTimes, mean_std
+from trainscale.timing import BlockBudget, BlockTimes, mean_std
 
 
 def test_totals_are_sums_over_processes_not_rank0_times_size():
@@ -28,3 +28,24 @@ def test_per_replica_divides_by_replicas_in_process():
 
 def test_single_block_has_zero_std():
     assert mean_std([5.0]) == {"mean": 5.0, "std": 0.0}
+
+
+def _blocks_timed(budget: BlockBudget, seconds_per_block: float) -> int:
+    while not budget.done_after(seconds_per_block):
+        pass
+    return budget.blocks
+
+
+def test_without_a_budget_every_block_is_timed():
+    assert _blocks_timed(BlockBudget(most=7), 100.0) == 7
+
+
+def test_a_budget_stops_once_the_blocks_have_taken_it():
+    # 1.0 s budget, 0.3 s blocks: the 4th block ends at 1.2 s, past the budget.
+    assert _blocks_timed(BlockBudget(most=100, seconds=1.0), 0.3) == 4
+    # A CPU 7x slower fits fewer blocks in the same time...
+    assert _blocks_timed(BlockBudget(most=100, seconds=1.0), 2.1) == 2
+    # ...but never fewer than two (a std needs two), nor more than `most`.
+    assert _blocks_timed(BlockBudget(most=100, seconds=1.0), 50.0) == 2
+    assert _blocks_timed(BlockBudget(most=3, seconds=100.0), 0.01) == 3
+    assert _blocks_timed(BlockBudget(most=1, seconds=1.0), 0.01) == 1
