@@ -15,7 +15,16 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/train.smk"
+
+
+# A study folder holding records trainscale did not measure (the published
+# cache) is read-only: it has no train rule, so no job can write into it,
+# not even under --forcerun.
+if not FOLDER.read_only:
+
+    include: "workflow/rules/train.smk"
+
+
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/figures.smk"

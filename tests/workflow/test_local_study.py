@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -122,8 +123,6 @@ def test_rerun_is_a_no_op_and_a_deleted_record_reruns_alone(study):
 def test_saved_config_regenerates_the_figures_without_training(study, tmp_path):
     repo, _ = study
     fresh = copy_repository(str(tmp_path / "fresh"))
-    import shutil
-
     shutil.copytree(
         os.path.join(repo, "results", "tiny-cpu", "runs"),
         os.path.join(fresh, "results", "tiny-cpu", "runs"),
@@ -143,6 +142,123 @@ def test_saved_config_regenerates_the_figures_without_training(study, tmp_path):
     run = snakemake(fresh, *args)
     assert run.returncode == 0, run.stderr[-3000:]
     assert os.path.exists(os.path.join(fresh, "results/tiny-cpu/figures/frameworks.png"))
+
+
+def _copy_of_study(study, tmp_path) -> str:
+    """The trained study's repository copy, records and Snakemake's state included."""
+    repo, _ = study
+    copy = str(tmp_path / "copy")
+    shutil.copytree(repo, copy, symlinks=True)
+    return copy
+
+
+def _tree(folder: str) -> dict:
+    """Every file below `folder` with its content and modification time."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in Path(folder).rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_changed_settings_are_refused_naming_the_keys_and_nothing_runs(study, tmp_path):
+    # The defect: editing a measurement setting and running the same study
+    # silently rewrote its saved config, so the records lost their explanation.
+    repo = _copy_of_study(study, tmp_path)
+    before = _tree(os.path.join(repo, "results", "tiny-cpu"))
+    changed = {**STUDY, "benchmark": {**STUDY["benchmark"], "image_size": 64, "iterations": 3}}
+    result = snakemake(repo, *local_study(repo, changed))
+    assert result.returncode != 0
+    assert (
+        "Invalid study configuration: config keys benchmark.image_size, benchmark.iterations: "
+        "study 'tiny-cpu' was measured with other settings (image_size 32 -> 64, "
+        "iterations 2 -> 3; saved in ./results/tiny-cpu/config.yaml)"
+    ) in result.stderr
+    assert "name a new study, or move results/tiny-cpu away" in result.stderr
+    assert train_jobs(result.stdout + result.stderr) == 0
+    # Not a byte of the study changed: records, saved config, tables.
+    assert _tree(os.path.join(repo, "results", "tiny-cpu")) == before
+
+
+@pytest.mark.slow
+def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, tmp_path):
+    repo = _copy_of_study(study, tmp_path)
+    folder = Path(repo, "results", "tiny-cpu")
+    saved_before = (folder / "config.yaml").read_text()
+    records_before = _tree(str(folder / "runs"))
+    # One framework more (at 1 replica) with the same settings: an extension.
+    extended = {
+        **STUDY,
+        "grid": {**STUDY["grid"], "framework": [*STUDY["grid"]["framework"], "tf-multiworker"]},
+        "constraints": {
+            "exclude": [
+                *STUDY["constraints"]["exclude"],
+                {"framework": "tf-multiworker", "gpus_per_node": {"min": 2}},
+            ]
+        },
+    }
+    args = local_study(repo, extended)
+    dry = snakemake(repo, "-n", *args)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert train_jobs(dry.stdout + dry.stderr) == 1
+    assert (folder / "config.yaml").read_text() == saved_before  # a dry run saves nothing
+    run = snakemake(repo, *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    new = folder / "runs/tf-multiworker/small_cnn/b16/n1g1r1.json"
+    assert json.loads(new.read_text())["status"] == "ok"
+    records_after = _tree(str(folder / "runs"))
+    assert {k: v for k, v in records_after.items() if k in records_before} == records_before
+    # The saved config is the union; the one it replaced is kept.
+    saved = yaml.safe_load((folder / "config.yaml").read_text())
+    assert saved["grid"]["framework"] == extended["grid"]["framework"]
+    (kept,) = (folder / "config.history").iterdir()
+    assert kept.read_text() == saved_before
+    assert "tiny-cpu/config.yaml extended; the previous one is" in run.stderr
+    # A run of only some of its points changes nothing saved and trains nothing.
+    subset = {**STUDY, "grid": {**STUDY["grid"], "framework": ["horovod"]}}
+    again = snakemake(repo, *local_study(repo, subset), "--forcerun", "tables")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert train_jobs(again.stdout + again.stderr) == 0
+    assert yaml.safe_load((folder / "config.yaml").read_text()) == saved
+    assert len(list((folder / "config.history").iterdir())) == 1
+    # The saved union rebuilds every table, the new framework's included.
+    rebuilt = snakemake(repo, "--cores", "1", "--configfile", "results/tiny-cpu/config.yaml")
+    assert rebuilt.returncode == 0 and train_jobs(rebuilt.stdout + rebuilt.stderr) == 0
+    assert "TF MultiWorkerMirrored" in (folder / "tables/table1.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["named", "linked"])
+def test_a_train_job_into_a_cached_study_is_refused(repo_copy, how):
+    # The published cache holds records trainscale did not measure: whether a
+    # study is named after it or its folder leads there, nothing may train
+    # into it.
+    published = Path(repo_copy, "results", "published")
+    before = _tree(str(published))
+    name = "published"
+    if how == "linked":
+        name = "mine"
+        os.symlink("published", os.path.join(repo_copy, "results", "mine"))
+    study = {**STUDY, "study": name, "reference": None}
+    study["benchmark"] = {**STUDY["benchmark"], "data_dir": "data"}
+    result = snakemake(repo_copy, *local_study(repo_copy, study))
+    assert result.returncode != 0
+    assert (
+        f"Invalid study configuration: config key study: results/{name} holds records "
+        "trainscale did not measure"
+    ) in result.stderr
+    assert "is read-only, but 5 point(s) of this grid have no record there" in result.stderr
+    assert train_jobs(result.stdout + result.stderr) == 0
+    # Rebuilding its tables from the cache is fine; retraining it is not.
+    args = ["--cores", "1", "--configfile", "results/published/config.yaml"]
+    forced = snakemake(repo_copy, *args, "--forcerun", "train")
+    assert forced.returncode != 0 and "No rule to produce train" in forced.stderr
+    rebuilt = snakemake(repo_copy, *args)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    after = _tree(str(published))
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert not any(k.startswith(("config.history", "logs/train")) for k in after)
 
 
 @pytest.mark.slow

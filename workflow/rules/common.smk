@@ -26,23 +26,45 @@ from trainscale.study import (
     slurm_resources,
     train_arguments,
 )
+from trainscale.study_folder import check_study_folder, save_study_config
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 with open(SCHEMA) as handle:
-    # One readable line naming the key first; then Snakemake's own validation,
-    # which also fills in the schema's defaults.
+    SCHEMA_RULES = yaml.safe_load(handle)
+
+
+def checked(study_config, what="Invalid study configuration"):
+    """The config with the schema's defaults filled in; one readable line naming
+    the key first, then Snakemake's own validation, which fills the defaults."""
     try:
-        check_schema(config, yaml.safe_load(handle))
+        check_schema(study_config, SCHEMA_RULES)
     except ConfigError as err:
-        raise WorkflowError(f"Invalid study configuration: {err}") from None
-validate(config, SCHEMA)
+        raise WorkflowError(f"{what}: {err}") from None
+    validate(study_config, SCHEMA)
+    return study_config
+
+
+def saved_config(path):
+    """A study's saved config (defaults filled in), or None if it has none."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return checked(
+            yaml.safe_load(handle), f"Invalid saved study configuration {path}"
+        )
+
+
+checked(config)
+STUDY = config["study"]
+RESULTS = f"results/{STUDY}"
 try:
     POINTS = check_config(config, root=".")
+    # The saved config must go on explaining every record of the study
+    # (trainscale.study_folder): refused here, before anything runs.
+    FOLDER = check_study_folder(config, POINTS, saved_config(f"{RESULTS}/config.yaml"))
 except ConfigError as err:
     raise WorkflowError(f"Invalid study configuration: {err}") from None
 
-STUDY = config["study"]
-RESULTS = f"results/{STUDY}"
 REFERENCE = config.get("reference")
 TRAIN_CONTAINER = config.get("train_container")
 TRAIN_RETRIES = config["train_retries"]
@@ -151,14 +173,19 @@ def all_outputs():
 
 
 def write_study_config():
-    """Keep results/{study}/config.yaml = the config this study runs with."""
-    target = os.path.abspath(f"{RESULTS}/config.yaml")
-    used = [*workflow.configfiles, *(workflow.overwrite_configfiles or [])]
-    if target in {os.path.abspath(path) for path in used}:
-        return  # the study is being run from its own saved config
-    from trainscale.records import atomic_write_text
+    """onstart: results/{study}/config.yaml = the union of the grids this study
+    has run (checked at parse time); the version it replaces goes to
+    config.history/. Never in a read-only (cached) study."""
+    from snakemake.logging import logger
 
-    atomic_write_text(target, yaml.safe_dump(dict(config), sort_keys=False))
+    if FOLDER.config_to_save is None:
+        return
+    text = yaml.safe_dump(FOLDER.config_to_save, sort_keys=False)
+    kept = save_study_config(RESULTS, text)
+    if kept:
+        logger.info(
+            f"trainscale: {RESULTS}/config.yaml extended; the previous one is {kept}"
+        )
 
 
 def last_slurm_log(job):
