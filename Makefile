@@ -10,8 +10,17 @@ LOCAL_STUDY ?= results/local-cpu
 
 NODES ?= 2
 
+# The harness's modules: what runs on GPU nodes, on Python 3.8+ (pyproject.toml).
+HARNESS_MODULES = $(addprefix src/trainscale/,__init__.py __main__.py settings.py cli.py \
+	launch.py training.py data.py models.py frameworks.py flops.py timing.py records.py)
+# An older stack for the harness (make test-compat): Python 3.8 and TensorFlow
+# 2.11.0, as NVIDIA's tensorflow:23.03-tf2-py3 image has. pyenv's 3.8 if none is given.
+COMPAT_VENV ?= .venv-compat
+COMPAT_PYTHON ?= $(lastword $(wildcard $(shell pyenv root 2>/dev/null || echo /root/.pyenv)/versions/3.8.*/bin/python))
+COMPAT_TENSORFLOW ?= 2.11.0
+
 .PHONY: help setup system slurm-packages train-env analysis-env demo demo-harness test test-fast \
-	test-slurm slurm-lab-up slurm-lab-down lint format clean bench
+	test-slurm test-compat slurm-lab-up slurm-lab-down lint format clean bench
 
 help:
 	@echo "make demo       the scaled-down study on this machine's CPU (the main job)"
@@ -19,6 +28,7 @@ help:
 	@echo "make test       the test suite (installs everything first)"
 	@echo "make test-fast  the tests that train no model end to end"
 	@echo "make test-slurm only the tests on the SLURM lab cluster (started and stopped by them)"
+	@echo "make test-compat the harness on Python 3.8 + TensorFlow 2.11 (.venv-compat)"
 	@echo "make slurm-lab-up NODES=n / make slurm-lab-down   a SLURM cluster on this machine (root)"
 	@echo "make bench      the harness's overhead ratios and the workflow at scale (bench/results.json)"
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
@@ -72,6 +82,13 @@ test: train-env analysis-env slurm-packages
 test-slurm: train-env analysis-env slurm-packages
 	$(VENV)/bin/python -m pytest -m slurm tests/workflow
 
+# The harness on the older stack, one tiny real run per framework (tests/compat).
+test-compat: system
+	@test -x "$(COMPAT_PYTHON)" || { echo "make test-compat: no Python 3.8 found; give COMPAT_PYTHON=/path/to/python3.8"; exit 2; }
+	PYTHON=$(COMPAT_PYTHON) TENSORFLOW_VERSION=$(COMPAT_TENSORFLOW) NUMPY_REQUIREMENT="numpy<1.24" \
+		bash tools/install-train-env.sh $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider tests/compat
+
 test-fast: train-env analysis-env
 	$(TRAIN_VENV)/bin/python -m pytest -m "not slow" tests/harness
 	$(VENV)/bin/python -m pytest -m "not slow" tests/workflow
@@ -79,6 +96,7 @@ test-fast: train-env analysis-env
 lint: train-env analysis-env
 	$(TRAIN_VENV)/bin/ruff check src tests tools bench workflow/scripts
 	$(TRAIN_VENV)/bin/ruff format --check src tests tools bench workflow/scripts
+	$(TRAIN_VENV)/bin/vermin --no-tips --backport dataclasses --target=3.8- --violations $(HARNESS_MODULES)
 	$(VENV)/bin/snakefmt --check Snakefile workflow
 	$(VENV)/bin/snakemake --lint
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the training environment (.venv-train): TensorFlow 2.15.1 (CPU wheel),
 # Horovod 0.28.1 compiled against that TensorFlow, and the trainscale harness.
+# TENSORFLOW_VERSION and NUMPY_REQUIREMENT build another one instead (make
+# test-compat: TensorFlow 2.11.0 on Python 3.8, as NVIDIA's 23.03 image has).
 #
 # Idempotent: each step is skipped when the venv already has what it installs,
 # so rerunning costs seconds. The Horovod build (about 3 minutes on 2 cores)
@@ -10,7 +12,10 @@ set -euo pipefail
 
 venv=${1:-.venv-train}
 python=${PYTHON:-python3.11}
-tensorflow_requirement=${TENSORFLOW_REQUIREMENT:-tensorflow-cpu==2.15.1}
+tensorflow_version=${TENSORFLOW_VERSION:-2.15.1}
+# Keras 2.x ships beside TensorFlow 2.x of the same minor version.
+keras_requirement="keras==${tensorflow_version%.*}.*"
+numpy_requirement=${NUMPY_REQUIREMENT:-numpy<2}
 horovod_version=0.28.1
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -21,9 +26,9 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 
 "${pip[@]}" install --upgrade pip "setuptools<70" wheel
 
-if ! "$venv/bin/python" -c "import tensorflow, keras, sys; sys.exit(not (tensorflow.__version__ == '2.15.1' and keras.__version__.startswith('2.15')))" 2>/dev/null; then
-  echo "train env: installing $tensorflow_requirement"
-  "${pip[@]}" install "$tensorflow_requirement" "keras==2.15.*" "numpy<2"
+if ! "$venv/bin/python" -c "import tensorflow, keras, sys; sys.exit(not (tensorflow.__version__ == '$tensorflow_version' and keras.__version__.startswith('${tensorflow_version%.*}')))" 2>/dev/null; then
+  echo "train env: installing tensorflow-cpu==$tensorflow_version"
+  "${pip[@]}" install "tensorflow-cpu==$tensorflow_version" "$keras_requirement" "$numpy_requirement"
 fi
 
 if ! "$venv/bin/python" -c "
@@ -39,5 +44,5 @@ fi
 # The harness itself, editable, with its test tools. --no-deps keeps pip from
 # touching the pinned TensorFlow stack above.
 "${pip[@]}" install --no-deps -e .
-"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "ruff==0.8.*"
+"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "ruff==0.8.*" "vermin==1.9.*"
 TF_CPP_MIN_LOG_LEVEL=2 "$venv/bin/python" -c "import tensorflow as tf, horovod; print('train env: tensorflow', tf.__version__, '| horovod', horovod.__version__)"

@@ -34,6 +34,20 @@ class _Parser(argparse.ArgumentParser):
 DEFAULT_COLLECTIVE_TIMEOUT = 300.0
 
 
+def _on_off(group, name: str, default: bool) -> None:
+    """--NAME / --no-NAME, as argparse.BooleanOptionalAction (Python 3.9+) makes them;
+    written out because the harness also runs on Python 3.8 (NVIDIA 23.03)."""
+    flag = name.replace("_", "-")
+    group.add_argument(
+        f"--{flag}",
+        dest=name,
+        action="store_true",
+        default=default,
+        help=f"(default: {'on' if default else 'off'}; --no-{flag} turns it off)",
+    )
+    group.add_argument(f"--no-{flag}", dest=name, action="store_false", help=argparse.SUPPRESS)
+
+
 def _options() -> argparse.ArgumentParser:
     defaults = RunSettings(framework="tf-single")
     p = _Parser(add_help=False)
@@ -59,7 +73,7 @@ def _options() -> argparse.ArgumentParser:
     data.add_argument("--dataset", default=defaults.dataset, help=f"one of {', '.join(DATASETS)}")
     data.add_argument("--data-dir", default=defaults.data_dir, help="holds cifar-100-python/")
     data.add_argument("--device", default=defaults.device, help=f"one of {', '.join(DEVICES)}")
-    data.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True)
+    _on_off(data, "augment", defaults.augment)
     measure = p.add_argument_group("measurement")
     measure.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
     measure.add_argument("--iterations", type=int, default=defaults.iterations)
@@ -81,7 +95,7 @@ def _options() -> argparse.ArgumentParser:
     training.add_argument(
         "--precision", default=defaults.precision, help=f"one of {', '.join(PRECISIONS)}"
     )
-    training.add_argument("--xla", action=argparse.BooleanOptionalAction, default=False)
+    _on_off(training, "xla", defaults.xla)
     training.add_argument(
         "--horovod-launcher",
         default=defaults.horovod_launcher,

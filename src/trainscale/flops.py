@@ -49,7 +49,7 @@ def peak_tflops(device_name: str | None, precision: str) -> float | None:
     return PEAK_TFLOPS[key].get(precision) if key else None
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)  # functools.cache is 3.9+
 def forward_flops_per_image(model_name: str, image_size: int, num_classes: int) -> int:
     """FLOPs of one forward pass of one image, counted from the Keras model's graph."""
     import tensorflow as tf

@@ -210,15 +210,50 @@ class Horovod(Framework):
         # Horovod's pattern: broadcast after the first step, once the
         # optimizer has created its slot variables, so every rank continues
         # from rank 0's exact state.
-        self.hvd.broadcast_variables(model.variables, root_rank=0)
-        variables = optimizer.variables
-        self.hvd.broadcast_variables(variables() if callable(variables) else variables, 0)
+        self.hvd.broadcast_variables(_traceable(model.variables), root_rank=0)
+        self.hvd.broadcast_variables(_optimizer_variables(optimizer), root_rank=0)
 
     def gather_rows(self, row: np.ndarray) -> np.ndarray:
         import tensorflow as tf
 
         row = np.asarray(row, dtype=np.float64)[None, :]
         return self.hvd.allgather(tf.constant(row)).numpy()
+
+
+def _optimizer_variables(optimizer) -> list:
+    """The optimizer's state (slots, step count), to broadcast.
+
+    `variables` is a method of Keras's legacy optimizers and a property of the
+    new ones. Keras 2.11's LossScaleOptimizerV3 (fp16) inherits a `variables()`
+    that reads a field it never sets (AttributeError '_variables'): there the
+    optimizer it wraps lists the state.
+    """
+
+    def listed(variables):
+        return variables() if callable(variables) else variables
+
+    try:
+        return listed(optimizer.variables)
+    except AttributeError:
+        return listed(optimizer.inner_optimizer.variables)
+
+
+def _traceable(variables: list) -> list:
+    """Variables that can be tf.function arguments, as hvd.broadcast_variables passes them.
+
+    Under mixed precision Keras wraps each float variable in an AutoCastVariable;
+    before Keras 2.12 it has no tracing type, and the broadcast fails ("Python
+    object could not be represented through the generic tracing type", seen on
+    TF 2.11). There the variable it wraps (the same storage) is broadcast instead.
+    The class is asked, not the object: AutoCastVariable hands unknown attributes
+    on to the variable it wraps.
+    """
+    return [
+        v._variable
+        if hasattr(v, "_variable") and not hasattr(type(v), "__tf_tracing_type__")
+        else v
+        for v in variables
+    ]
 
 
 # --------------------------------------------------------------------------

@@ -19,7 +19,8 @@ STATUSES = ("ok", "oom", "failed", "timeout")
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    # timezone.utc, not datetime.UTC (3.11+): the harness runs on Python 3.8 too.
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _umask() -> int:

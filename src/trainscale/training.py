@@ -94,7 +94,8 @@ def build_train_step(framework: Framework, model, optimizer, settings: RunSettin
         gradients = tape.gradient(objective, model.trainable_variables)
         if loss_scaling:
             gradients = optimizer.get_unscaled_gradients(gradients)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+        # One gradient per variable by construction (zip(strict=) is 3.10+).
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
     # The step takes the iterator and draws its batch inside the compiled
