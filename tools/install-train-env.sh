@@ -13,6 +13,8 @@ set -euo pipefail
 venv=${1:-.venv-train}
 python=${PYTHON:-python3.11}
 tensorflow_version=${TENSORFLOW_VERSION:-2.15.1}
+# GPU clusters: TENSORFLOW_REQUIREMENT='tensorflow[and-cuda]==2.15.1'.
+tensorflow_requirement=${TENSORFLOW_REQUIREMENT:-tensorflow-cpu==$tensorflow_version}
 # Keras 2.x ships beside TensorFlow 2.x of the same minor version.
 keras_requirement="keras==${tensorflow_version%.*}.*"
 numpy_requirement=${NUMPY_REQUIREMENT:-numpy<2}
@@ -27,8 +29,8 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip "setuptools<70" wheel
 
 if ! "$venv/bin/python" -c "import tensorflow, keras, sys; sys.exit(not (tensorflow.__version__ == '$tensorflow_version' and keras.__version__.startswith('${tensorflow_version%.*}')))" 2>/dev/null; then
-  echo "train env: installing tensorflow-cpu==$tensorflow_version"
-  "${pip[@]}" install "tensorflow-cpu==$tensorflow_version" "$keras_requirement" "$numpy_requirement"
+  echo "train env: installing $tensorflow_requirement"
+  "${pip[@]}" install "$tensorflow_requirement" "$keras_requirement" "$numpy_requirement"
 fi
 
 if ! "$venv/bin/python" -c "
