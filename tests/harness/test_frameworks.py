@@ -93,24 +93,10 @@ def test_a_time_budget_bounds_the_timed_blocks_on_every_process(tmp_path, framew
     # the next block's collective); the record says how many fit.
     output = tmp_path / "record.json"
     result = trainscale(
-        "run",
-        "--framework",
-        framework,
-        "--gpus-per-node",
-        "2",
-        "--model",
-        "small_cnn",
-        "--dataset",
-        "synthetic",
-        *TINY,
-        "--iterations",
-        "100000",
-        "--time-budget-seconds",
-        "2",
-        "--output",
-        str(output),
-        check=True,
-    )
+        "run", "--framework", framework, "--gpus-per-node", "2", "--model", "small_cnn",
+        "--dataset", "synthetic", *TINY, "--iterations", "100000", "--time-budget-seconds", "2",
+        "--output", str(output), check=True,
+    )  # fmt: skip
     record = load_json(output)
     blocks = record["blocks"]
     assert record["settings"]["time_budget_seconds"] == 2.0
