@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from trainscale.records import read_record
+from trainscale.registry import label as framework_label
+from trainscale.registry import table_order
 from trainscale.settings import RunSettings
 from trainscale.study import KNOB_AXES, join_knobs, knob_text, parse_knobs
 
@@ -44,13 +46,6 @@ POINT = [
     "gpus_per_node",
 ]
 SETTING = ["framework", "model", "dataset", "image_size", "batch_size", "knobs", "device"]
-FRAMEWORK_ORDER = ["tf-single", "horovod", "tf-mirrored", "tf-multiworker"]
-FRAMEWORK_LABELS = {
-    "tf-single": "TensorFlow, 1 device",
-    "horovod": "Horovod",
-    "tf-mirrored": "TF MirroredStrategy",
-    "tf-multiworker": "TF MultiWorkerMirrored",
-}
 COLUMNS = [
     "study",
     *POINT,
@@ -95,13 +90,12 @@ def add_series(frame: pd.DataFrame) -> pd.DataFrame:
 def series_label(series: str) -> str:
     """'horovod horovod_compression=fp16' -> 'Horovod (horovod_compression=fp16)'."""
     framework, _, own = series.partition(" ")
-    label = FRAMEWORK_LABELS.get(framework, framework)
-    return f"{label} ({own})" if own else label
+    return f"{framework_label(framework)} ({own})" if own else framework_label(framework)
 
 
 def series_order(series: str) -> tuple:
     framework, _, own = series.partition(" ")
-    rank = FRAMEWORK_ORDER.index(framework) if framework in FRAMEWORK_ORDER else 99
+    rank = table_order(framework)
     return (rank, framework, own)
 
 
@@ -422,7 +416,7 @@ def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
     if _varies(combined, "knobs"):
         columns.insert(2, "knobs")
     frame = combined[columns].copy()
-    frame["order"] = frame["framework"].map(FRAMEWORK_ORDER.index)
+    frame["order"] = frame["framework"].map(table_order)
     knobs = ["knobs"] if "knobs" in columns else []
     keys = ["model", "batch_size", *knobs, "order", "nodes", "gpus_per_node"]
     return frame.sort_values(keys).drop(columns="order").reset_index(drop=True)
@@ -604,7 +598,7 @@ def write_tables(
         t2,
         folder,
         "table2",
-        f"Table II: {FRAMEWORK_LABELS.get(framework, framework)}, total images/sec "
+        f"Table II: {framework_label(framework)}, total images/sec "
         f"by GPUs per node and nodes ({study}, {device})",
         node_labels,
     )

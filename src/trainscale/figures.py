@@ -16,12 +16,12 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from trainscale.analysis import (  # noqa: E402
-    FRAMEWORK_LABELS,
     PANEL,
     series_label,
     series_order,
 )
 from trainscale.records import atomic_path  # noqa: E402
+from trainscale.registry import label as framework_label  # noqa: E402
 
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 
@@ -171,8 +171,7 @@ def _weak_scaling(combined, framework, paths, note, x, lines, xlabel, line_label
         xlabel,
         THROUGHPUT,
     )
-    label = FRAMEWORK_LABELS.get(framework, framework)
-    _finish(fig, panels, paths, f"Weak scaling of {label} with {over}", note)
+    _finish(fig, panels, paths, f"Weak scaling of {framework_label(framework)} with {over}", note)
 
 
 def weak_scaling_hosts(combined: pd.DataFrame, framework: str, paths: list[str], note=None):

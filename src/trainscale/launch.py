@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from trainscale.registry import framework_spec
 from trainscale.settings import RunSettings, SettingsError
 
 
@@ -109,9 +110,10 @@ def process_plan(
             f"--nodes {settings.nodes}: `trainscale run` launches on this machine only; "
             "run multi-node points with `snakemake --profile profiles/slurm`"
         )
-    if settings.framework == "horovod":
+    launch = framework_spec(settings.framework).launch
+    if launch == "horovod":
         return [(horovod_command(settings, train_command), {})]
-    if settings.framework == "tf-multiworker":
+    if launch == "multiworker":
         addresses = [f"localhost:{port}" for port in free_ports(processes_per_node)]
         plan = []
         for index in range(processes_per_node):
@@ -151,11 +153,12 @@ def slurm_plan(
     if requested_gpus_per_node:
         srun.append(f"--gres=gpu:{requested_gpus_per_node}")
     extra_env: dict[str, str] = {}
-    if settings.framework == "horovod" and settings.horovod_launcher == "mpi":
-        # Debian's Open MPI can be started by srun only through PMIx.
-        srun.append("--mpi=pmix")
-    elif settings.framework == "horovod":
-        extra_env = start_gloo_rendezvous(settings)
+    if framework_spec(settings.framework).launch == "horovod":
+        if settings.horovod_launcher == "mpi":
+            # Debian's Open MPI can be started by srun only through PMIx.
+            srun.append("--mpi=pmix")
+        else:
+            extra_env = start_gloo_rendezvous(settings)
     return [(srun + train_command, extra_env)]
 
 

@@ -13,7 +13,8 @@ import json
 import os
 from dataclasses import dataclass
 
-FRAMEWORKS = ("tf-single", "tf-mirrored", "tf-multiworker", "horovod")
+from trainscale.registry import FRAMEWORKS, framework_spec
+
 DATASETS = ("cifar100", "synthetic")
 DEVICES = ("gpu", "cpu")
 OPTIMIZERS = ("adam", "sgd")
@@ -91,18 +92,8 @@ class RunSettings:
         return NUM_CLASSES[self.dataset]
 
     def processes_per_node(self) -> int:
-        """How many OS processes one node runs for this framework.
-
-        Horovod: one rank per replica. MultiWorkerMirrored: one worker per node
-        holding all its GPUs; on CPU one worker per replica, because a worker
-        holding two logical CPU replicas hung before the first step (issue 4).
-        MirroredStrategy and the single-device baseline: one process.
-        """
-        if self.framework == "horovod":
-            return self.gpus_per_node
-        if self.framework == "tf-multiworker" and self.device == "cpu":
-            return self.gpus_per_node
-        return 1
+        """How many OS processes one node runs (trainscale.registry)."""
+        return framework_spec(self.framework).processes_per_node(self.gpus_per_node, self.device)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -197,13 +188,16 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
         raise SettingsError(
             f"--image-size {s.image_size} is below {s.model}'s minimum of {minimum}"
         )
-    if s.framework == "tf-single" and (s.nodes, s.gpus_per_node) != (1, 1):
+    spec = framework_spec(s.framework)
+    if spec.one_device and (s.nodes, s.gpus_per_node) != (1, 1):
         raise SettingsError(
-            "--framework tf-single runs on one device: use --nodes 1 --gpus-per-node 1"
+            f"--framework {s.framework} runs on one device: use --nodes 1 --gpus-per-node 1"
         )
-    if s.framework == "tf-mirrored" and s.nodes != 1:
+    if spec.one_node and s.nodes != 1:
+        spanning = [f.name for f in map(framework_spec, FRAMEWORKS) if not f.one_node]
         raise SettingsError(
-            "--framework tf-mirrored runs on one node: use --nodes 1 (tf-multiworker spans nodes)"
+            f"--framework {s.framework} runs on one node: use --nodes 1 "
+            f"({', '.join(spanning)} span nodes)"
         )
     if check_data and s.dataset == "cifar100":
         from trainscale.data import find_cifar100

@@ -28,21 +28,15 @@ import re
 import shlex
 from dataclasses import dataclass, fields
 
+from trainscale.registry import knob_readers
 from trainscale.settings import RunSettings, SettingsError, validate
 
 AXES = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
 # Settings a grid may vary too (`grid.precision: [fp32, fp16]`): each list
 # overrides benchmark.<name>. Each maps to the frameworks that read it (None:
-# all). The others take just its first listed value: varying it there would
-# measure the same thing twice.
-KNOB_AXES = {
-    "precision": None,
-    "xla": None,
-    "horovod_compression": {"horovod"},
-    "horovod_fusion_threshold_mb": {"horovod"},
-    "collective_implementation": {"tf-multiworker"},
-    "all_reduce_pack_mb": {"tf-multiworker"},
-}
+# all), as the registry says. The others take just its first listed value:
+# varying it there would measure the same thing twice.
+KNOB_AXES = knob_readers()
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RECORD_PATTERN = "{framework}/{model}/b{batch_size}/n{nodes}g{gpus_per_node}r{repeat}"
 # With knob axes, a folder per combination: .../b64/precision=fp16,xla=true/n1g2r1

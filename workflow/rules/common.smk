@@ -26,6 +26,7 @@ from trainscale.study import (
     slurm_resources,
     train_arguments,
 )
+from trainscale.registry import framework_spec
 from trainscale.study_folder import check_study_folder, save_study_config
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
@@ -70,15 +71,16 @@ TRAIN_CONTAINER = config.get("train_container")
 TRAIN_RETRIES = config["train_retries"]
 
 
-def trainscale_command():
-    """The harness: from the training venv, or on PATH in a conda env or container."""
+def trainscale_command(wildcards):
+    """The harness for a train job: on PATH in a conda env or container, else
+    from the environment the registry names for its framework (train_env)."""
     methods = {m.name for m in workflow.deployment_settings.deployment_method}
     if methods & {"CONDA", "APPTAINER"}:
         return "trainscale"
-    return os.path.join(config["train_env"], "bin", "trainscale")
+    environment = framework_spec(point_of(wildcards).framework).environment
+    return os.path.join(config[environment], "bin", "trainscale")
 
 
-TRAINSCALE = trainscale_command()
 WEAK_SCALING_FRAMEWORK = config["figures"]["weak_scaling_framework"]
 POINT_BY_STEM = {point.stem(): point for point in POINTS}
 GENERATED_DATA = (

@@ -36,7 +36,7 @@ rule train:
         # local profile offers one slot (--resources benchmark_slots=1).
         benchmark_slots=1,
     params:
-        trainscale=TRAINSCALE,
+        trainscale=trainscale_command,
         options=lambda wildcards: train_arguments(config, point_of(wildcards)),
         gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
         timeout=config["benchmark"]["timeout_seconds"],

@@ -1,0 +1,105 @@
+"""What each framework is, in one place: everything trainscale knows about a
+framework apart from its training code, as data.
+
+The settings and their checks, the launcher, the study's grid and knob axes,
+the tables and figures, and the config schema's enum all read this registry
+(a test holds the schema to it), so a new framework is one entry here plus the
+code that trains it. Nothing here imports TensorFlow or torch: the workflow,
+the launcher and the analysis ask it in milliseconds, on a laptop too.
+
+How processes are started (`launch`):
+- "single": one process drives all of the node's replicas (one device, or
+  MirroredStrategy's devices);
+- "horovod": one rank per replica (mpirun or horovodrun --gloo here, srun
+  under SLURM);
+- "multiworker": one TF_CONFIG worker per node holding its GPUs, one per
+  replica on CPU (a worker holding two logical CPU replicas hung before its
+  first step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Knobs every framework reads (a table block or figure panel each).
+SHARED_KNOBS = ("precision", "xla")
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    name: str
+    label: str  # in tables and figures
+    ecosystem: str  # whose training code runs it: "tensorflow"
+    environment: str  # the config key naming the environment it runs from
+    launch: str  # "single", "horovod" or "multiworker" (above)
+    one_node: bool = False
+    one_device: bool = False
+    # The knob axes only this framework reads, beyond SHARED_KNOBS.
+    knobs: tuple[str, ...] = ()
+
+    def processes_per_node(self, gpus_per_node: int, device: str) -> int:
+        """How many OS processes one node runs for G GPUs (replicas) per node."""
+        if self.launch == "horovod":
+            return gpus_per_node
+        if self.launch == "multiworker" and device == "cpu":
+            return gpus_per_node
+        return 1
+
+
+# In table order: the baseline first.
+REGISTRY = (
+    FrameworkSpec(
+        "tf-single",
+        "TensorFlow, 1 device",
+        "tensorflow",
+        "train_env",
+        "single",
+        one_node=True,
+        one_device=True,
+    ),
+    FrameworkSpec(
+        "horovod",
+        "Horovod",
+        "tensorflow",
+        "train_env",
+        "horovod",
+        knobs=("horovod_compression", "horovod_fusion_threshold_mb"),
+    ),
+    FrameworkSpec(
+        "tf-mirrored", "TF MirroredStrategy", "tensorflow", "train_env", "single", one_node=True
+    ),
+    FrameworkSpec(
+        "tf-multiworker",
+        "TF MultiWorkerMirrored",
+        "tensorflow",
+        "train_env",
+        "multiworker",
+        knobs=("collective_implementation", "all_reduce_pack_mb"),
+    ),
+)
+FRAMEWORKS = tuple(spec.name for spec in REGISTRY)
+_BY_NAME = {spec.name: spec for spec in REGISTRY}
+
+
+def framework_spec(name: str) -> FrameworkSpec:
+    """The registry's entry for `name` (KeyError for a name it does not know)."""
+    return _BY_NAME[name]
+
+
+def table_order(name: str) -> int:
+    """Where a framework's rows and columns go; an unknown name (a record of a
+    framework since removed) goes last instead of failing the tables."""
+    return FRAMEWORKS.index(name) if name in _BY_NAME else len(FRAMEWORKS)
+
+
+def label(name: str) -> str:
+    return _BY_NAME[name].label if name in _BY_NAME else name
+
+
+def knob_readers() -> dict[str, set[str] | None]:
+    """Each knob axis and the frameworks that read it (None: every framework)."""
+    readers: dict[str, set[str] | None] = {name: None for name in SHARED_KNOBS}
+    for spec in REGISTRY:
+        for knob in spec.knobs:
+            readers.setdefault(knob, set()).add(spec.name)
+    return readers
