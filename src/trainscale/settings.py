@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from trainscale.registry import FRAMEWORKS, framework_spec
+from trainscale.registry import FRAMEWORKS, REGISTRY, framework_spec
 
 DATASETS = ("cifar100", "synthetic")
 DEVICES = ("gpu", "cpu")
@@ -194,7 +194,7 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
             f"--framework {s.framework} runs on one device: use --nodes 1 --gpus-per-node 1"
         )
     if spec.one_node and s.nodes != 1:
-        spanning = [f.name for f in map(framework_spec, FRAMEWORKS) if not f.one_node]
+        spanning = [other.name for other in REGISTRY if not other.one_node]
         raise SettingsError(
             f"--framework {s.framework} runs on one node: use --nodes 1 "
             f"({', '.join(spanning)} span nodes)"
