@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 
 import numpy as np
 import pandas as pd
@@ -25,7 +24,7 @@ from trainscale.records import read_record
 from trainscale.registry import label as framework_label
 from trainscale.registry import table_order
 from trainscale.settings import RunSettings
-from trainscale.study import KNOB_AXES, join_knobs, knob_text, parse_knobs
+from trainscale.study import KNOB_AXES, GridPoint, join_knobs, knob_text, parse_knobs
 
 SETTING_DEFAULTS = {
     f.name: f.default
@@ -99,14 +98,10 @@ def series_order(series: str) -> tuple:
     return (rank, framework, own)
 
 
-# .../runs/{framework}/{model}/b{batch}/[{knobs}/]n{nodes}g{gpus}r{repeat}.json
-RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
-
-
 def record_row(study: str, path: str) -> dict:
     record = read_record(path)
     rate = record.get("images_per_sec") or {}
-    match = RECORD_PATH.search(path)
+    point = GridPoint.from_path(path)
     gpus = record["nodes"] * record["gpus_per_node"]
     mean = rate.get("mean")
     return {
@@ -116,11 +111,11 @@ def record_row(study: str, path: str) -> dict:
         "dataset": record["dataset"],
         "image_size": record["image_size"],
         "batch_size": record["batch_size"],
-        "knobs": (match[4] or "") if match else "",
+        "knobs": point.knobs_name if point else "",
         "nodes": record["nodes"],
         "gpus_per_node": record["gpus_per_node"],
         "gpus": gpus,
-        "repeat": int(match[7]) if match else 1,
+        "repeat": point.repeat if point else 1,
         "device": record["device"],
         "status": record["status"],
         "images_per_sec_mean": mean,
@@ -175,15 +170,13 @@ def check_record(path: str, expected: dict | None = None) -> dict:
         raise CollectError(str(err)) from None
     # A setting newer than the record was at its default when it was measured.
     measured = {**SETTING_DEFAULTS, **(record.get("settings") or {})}
-    match = RECORD_PATH.search(path)
-    if match:
-        named = dict(
-            zip(GRID_KEYS, (match[1], match[2], *map(int, match.group(3, 5, 6))), strict=True)
-        )
+    point = GridPoint.from_path(path)
+    if point:
+        named = {key: getattr(point, key) for key in GRID_KEYS}
         found = {key: record.get(key) for key in GRID_KEYS}
         # The knobs its folder names, as the record's settings have them.
-        for name, text in parse_knobs(match[4] or ""):
-            named[name] = text
+        for name, value in point.knobs:
+            named[name] = knob_text(value)
             found[name] = knob_text(measured.get(name)) if name in measured else None
         if found != named:
             wrong = {k: found[k] for k in named if found[k] != named[k]}

@@ -41,6 +41,8 @@ SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RECORD_PATTERN = "{framework}/{model}/b{batch_size}/n{nodes}g{gpus_per_node}r{repeat}"
 # With knob axes, a folder per combination: .../b64/precision=fp16,xla=true/n1g2r1
 KNOBS_RECORD_PATTERN = "{framework}/{model}/b{batch_size}/{knobs}/n{nodes}g{gpus_per_node}r{repeat}"
+# Both patterns read back (GridPoint.from_path), at the end of any longer path.
+_RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
 
 
 class ConfigError(ValueError):
@@ -62,6 +64,14 @@ def join_knobs(pairs) -> str:
 def parse_knobs(knobs: str) -> list[tuple[str, str]]:
     """'precision=fp16,xla=true' -> [('precision', 'fp16'), ('xla', 'true')]."""
     return [tuple(pair.split("=", 1)) for pair in knobs.split(",") if pair]
+
+
+def _knob_value(name: str, text: str):
+    """A knob's path text as the setting's own type: 'true' -> True, '64' -> 64.0."""
+    kind = {f.name: f.type for f in fields(RunSettings)}.get(name)
+    if kind == "bool":
+        return text == "true"
+    return float(text) if kind == "float" else text
 
 
 def reads_knob(framework: str, name: str) -> bool:
@@ -93,6 +103,24 @@ class GridPoint:
         """The record's path below results/{study}/runs/, without `.json`."""
         values = {**self.as_dict(), "knobs": self.knobs_name}
         return (KNOBS_RECORD_PATTERN if self.knobs else RECORD_PATTERN).format(**values)
+
+    @classmethod
+    def from_path(cls, path: str) -> GridPoint | None:
+        """The grid point a record's path names (the inverse of stem(), with
+        `.json`, below any folder), or None for a path that names none."""
+        match = _RECORD_PATH.search(path)
+        if not match:
+            return None
+        framework, model, batch, knobs, nodes, gpus_per_node, repeat = match.groups()
+        return cls(
+            framework,
+            model,
+            int(batch),
+            int(nodes),
+            int(gpus_per_node),
+            int(repeat),
+            knobs=tuple((name, _knob_value(name, text)) for name, text in parse_knobs(knobs or "")),
+        )
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -203,3 +203,22 @@ def test_knob_axes_in_constraints_and_checks():
     cpu["benchmark"]["device"] = "cpu"
     with pytest.raises(ConfigError, match="--collective-implementation nccl needs --device gpu"):
         check_config(cpu)
+
+
+def test_a_record_path_reads_back_as_its_grid_point():
+    # GridPoint.from_path is the inverse of stem(): the one place a path is read.
+    config = knob_config(
+        xla=[False, True], horovod_fusion_threshold_mb=[64, 0.5], precision=["fp32", "bf16"]
+    )
+    config["grid"]["repeats"] = 2
+    paper = load_yaml(os.path.join(REPO, "config.yaml"))
+    for point in [*check_config(config), *check_config(paper)]:
+        path = f"results/s/runs/{point.stem()}.json"
+        assert GridPoint.from_path(path) == point, path
+    back = GridPoint.from_path(
+        "runs/horovod/vgg16/b64/xla=true,horovod_fusion_threshold_mb=0.5/n2g3r2.json"
+    )
+    assert back.knobs == (("xla", True), ("horovod_fusion_threshold_mb", 0.5))
+    assert (back.nodes, back.gpus_per_node, back.repeat) == (2, 3, 2)
+    for not_a_record in ("runs/horovod/vgg16/n1g1r1.json", "config.yaml", "b64/n1g1r1.json"):
+        assert GridPoint.from_path(not_a_record) is None

@@ -82,7 +82,7 @@ def trainscale_command(wildcards):
 
 
 WEAK_SCALING_FRAMEWORK = config["figures"]["weak_scaling_framework"]
-POINT_BY_STEM = {point.stem(): point for point in POINTS}
+GRID = set(POINTS)
 GENERATED_DATA = (
     f"{config['benchmark']['data_dir']}/cifar-100-python.tar.gz"
     if config["benchmark"].get("generate_cifar100_images")
@@ -113,9 +113,10 @@ wildcard_constraints:
 def point_of(wildcards):
     """The grid point a train job's wildcards name (only points of the grid exist)."""
     stem = RECORD_STEM.format(**dict(wildcards.items()))
-    if stem not in POINT_BY_STEM:
+    point = GridPoint.from_path(f"{stem}.json")
+    if point not in GRID:
         raise WorkflowError(f"{stem} is not a point of study {STUDY}'s grid")
-    return POINT_BY_STEM[stem]
+    return point
 
 
 def shape(wildcards):
