@@ -43,6 +43,9 @@ RECORD_PATTERN = "{framework}/{model}/b{batch_size}/n{nodes}g{gpus_per_node}r{re
 KNOBS_RECORD_PATTERN = "{framework}/{model}/b{batch_size}/{knobs}/n{nodes}g{gpus_per_node}r{repeat}"
 # Both patterns read back (GridPoint.from_path), at the end of any longer path.
 _RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
+# Each setting's type as annotated ("float", "bool", ...): YAML's 64 and a
+# path's "64" are read as the float `trainscale train` parses.
+_SETTING_TYPES = {f.name: f.type for f in fields(RunSettings)}
 
 
 class ConfigError(ValueError):
@@ -68,7 +71,7 @@ def parse_knobs(knobs: str) -> list[tuple[str, str]]:
 
 def _knob_value(name: str, text: str):
     """A knob's path text as the setting's own type: 'true' -> True, '64' -> 64.0."""
-    kind = {f.name: f.type for f in fields(RunSettings)}.get(name)
+    kind = _SETTING_TYPES.get(name)
     if kind == "bool":
         return text == "true"
     return float(text) if kind == "float" else text
@@ -188,10 +191,8 @@ def expand_grid(config: dict) -> list[GridPoint]:
 def run_settings(config: dict, point: GridPoint) -> RunSettings:
     """The harness settings of one grid point of this study: benchmark, then its knobs."""
     bench = config["benchmark"]
-    types = {f.name: f.type for f in fields(RunSettings)}
-    chosen = {**{k: v for k, v in bench.items() if k in types}, **dict(point.knobs)}
-    # YAML's 64 is an int; the setting is a float, as `trainscale train` parses it.
-    extra = {k: float(v) if types[k] == "float" else v for k, v in chosen.items()}
+    chosen = {**{k: v for k, v in bench.items() if k in _SETTING_TYPES}, **dict(point.knobs)}
+    extra = {k: float(v) if _SETTING_TYPES[k] == "float" else v for k, v in chosen.items()}
     return RunSettings(
         framework=point.framework,
         nodes=point.nodes,
