@@ -3,6 +3,8 @@
 SHELL := /bin/bash
 PYTHON ?= python3.11
 TRAIN_VENV ?= .venv-train
+# The torch frameworks' training environment (trainscale.registry: torch_env).
+TORCH_VENV ?= .venv-torch
 VENV ?= .venv
 DEMO_DIR ?= results/demo-harness
 
@@ -12,14 +14,15 @@ NODES ?= 2
 
 # The harness's modules: what runs on GPU nodes, on Python 3.8+ (pyproject.toml).
 HARNESS_MODULES = $(addprefix src/trainscale/,__init__.py __main__.py settings.py cli.py \
-	launch.py training.py data.py models.py frameworks.py flops.py timing.py records.py registry.py)
+	launch.py training.py data.py models.py frameworks.py flops.py timing.py records.py registry.py \
+	backend.py tf_backend.py slurm.py supervision.py torch_backend.py torch_models.py)
 # An older stack for the harness (make test-compat): Python 3.8 and TensorFlow
 # 2.11.0, as NVIDIA's tensorflow:23.03-tf2-py3 image has. pyenv's 3.8 if none is given.
 COMPAT_VENV ?= .venv-compat
 COMPAT_PYTHON ?= $(lastword $(wildcard $(shell pyenv root 2>/dev/null || echo /root/.pyenv)/versions/3.8.*/bin/python))
 COMPAT_TENSORFLOW ?= 2.11.0
 
-.PHONY: help setup system slurm-packages train-env analysis-env demo demo-harness test test-fast \
+.PHONY: help setup system slurm-packages train-env torch-env analysis-env demo demo-harness test test-fast \
 	test-slurm test-compat slurm-lab-up slurm-lab-down lint format clean bench
 
 help:
@@ -34,7 +37,7 @@ help:
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
 	@echo "make setup      install system packages and both environments"
 
-setup: train-env analysis-env
+setup: train-env torch-env analysis-env
 
 system:
 	bash tools/install-system.sh
@@ -51,12 +54,16 @@ slurm-lab-down:
 train-env: system
 	PYTHON=$(PYTHON) bash tools/install-train-env.sh $(TRAIN_VENV)
 
+# torch==2.13.0 (CPU wheel here) and Horovod built with its torch extension.
+torch-env: system
+	PYTHON=$(PYTHON) bash tools/install-torch-env.sh $(TORCH_VENV)
+
 analysis-env:
 	PYTHON=$(PYTHON) bash tools/install-analysis-env.sh $(VENV)
 
 # The main job: the paper's study scaled down to this machine's CPU
 # (profiles/local/study.yaml), through Snakemake with the local executor.
-demo: train-env analysis-env
+demo: train-env torch-env analysis-env
 	$(VENV)/bin/snakemake --profile profiles/local
 	@cat $(LOCAL_STUDY)/tables/table1.md
 	@echo "tables: $(LOCAL_STUDY)/tables/  figures: $(LOCAL_STUDY)/figures/"
@@ -72,14 +79,16 @@ BENCH_DEVICE ?= cpu
 bench: train-env analysis-env
 	$(VENV)/bin/python bench/run.py --device $(BENCH_DEVICE)
 
-# Two environments, two pytest runs: the harness under TensorFlow, the
-# workflow (real Snakemake, which itself trains through .venv-train) under .venv.
-# The SLURM tests start the lab cluster themselves (and stop it after).
-test: train-env analysis-env slurm-packages
+# Three environments, three pytest runs: the harness under TensorFlow, then
+# under torch (its models are held to Keras's, so it is told where TensorFlow
+# is), and the workflow (real Snakemake, which itself trains through both)
+# under .venv. The SLURM tests start the lab cluster themselves (and stop it after).
+test: train-env torch-env analysis-env slurm-packages
 	$(TRAIN_VENV)/bin/python -m pytest tests/harness
+	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest tests/torch
 	$(VENV)/bin/python -m pytest tests/workflow
 
-test-slurm: train-env analysis-env slurm-packages
+test-slurm: train-env torch-env analysis-env slurm-packages
 	$(VENV)/bin/python -m pytest -m slurm tests/workflow
 
 # The harness on the older stack, one tiny real run per framework (tests/compat).
@@ -89,8 +98,9 @@ test-compat: system
 		bash tools/install-train-env.sh $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider tests/compat
 
-test-fast: train-env analysis-env
+test-fast: train-env torch-env analysis-env
 	$(TRAIN_VENV)/bin/python -m pytest -m "not slow" tests/harness
+	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest -m "not slow" tests/torch
 	$(VENV)/bin/python -m pytest -m "not slow" tests/workflow
 
 lint: train-env analysis-env

@@ -28,8 +28,8 @@ import tensorflow as tf  # noqa: E402
 from trainscale.data import cifar100_dataset, generate_cifar100, load_cifar100  # noqa: E402
 from trainscale.frameworks import create_framework  # noqa: E402
 from trainscale.models import build_model  # noqa: E402
-from trainscale.settings import RunSettings  # noqa: E402
-from trainscale.training import build_train_step, make_dataset_fn, make_optimizer  # noqa: E402
+from trainscale.settings import RunOptions, RunSettings  # noqa: E402
+from trainscale.tf_backend import build_train_step, make_dataset_fn, make_optimizer  # noqa: E402
 
 
 def interleaved_blocks(blocks: dict, rounds: int) -> dict[str, list[float]]:
@@ -59,9 +59,9 @@ def _timed_block(step, steps: int, images: int):
 
 
 def harness_step(settings: RunSettings, dataset_fn=None):
-    """The harness's own compiled training step (training.build_train_step) on its
+    """The harness's own compiled training step (tf_backend.build_train_step) on its
     framework, model and optimizer: returns a function running one step."""
-    framework = create_framework(settings)
+    framework = create_framework(settings, RunOptions())
     tf.keras.utils.set_random_seed(settings.seed)
     with framework.scope():
         model = build_model(settings.model, settings.image_size, settings.num_classes)
@@ -190,7 +190,7 @@ def main() -> None:
     images = vgg.batch_size * steps
     cifar = dataclasses.replace(vgg, dataset="cifar100", data_dir=data_dir)
     synthetic = dataclasses.replace(vgg, dataset="synthetic")
-    framework = create_framework(cifar)
+    framework = create_framework(cifar, RunOptions())
     with framework.scope():
         model = build_model(vgg.model, vgg.image_size, vgg.num_classes)
         optimizer = make_optimizer(vgg)

@@ -110,8 +110,9 @@ def make_records(study_root: str, config: dict) -> tuple[list[str], dict]:
 
 def analysis(work: str) -> dict:
     """collect, tables and figures over 10,000 records, in this (fresh) process."""
-    from trainscale.analysis import write_tables, write_throughput
     from trainscale.figures import write_figures
+    from trainscale.tables import write_tables
+    from trainscale.tidy import write_throughput
 
     config = big_config("bench-analysis", 5)
     paths, expected = make_records(os.path.join(work, "results"), config)

@@ -15,6 +15,7 @@ from trainscale.settings import (
     MODELS,
     OPTIMIZERS,
     PRECISIONS,
+    RunOptions,
     RunSettings,
     SettingsError,
     validate,
@@ -29,12 +30,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-# Long enough for the first step's tracing skew between ranks, short enough
-# that a stalled rank does not hold a cluster allocation for long.
-DEFAULT_COLLECTIVE_TIMEOUT = 300.0
-
-
-def _on_off(group, name: str, default: bool) -> None:
+def _on_off(group, name: str, default: bool, what: str = "") -> None:
     """--NAME / --no-NAME, as argparse.BooleanOptionalAction (Python 3.9+) makes them;
     written out because the harness also runs on Python 3.8 (NVIDIA 23.03)."""
     flag = name.replace("_", "-")
@@ -43,13 +39,14 @@ def _on_off(group, name: str, default: bool) -> None:
         dest=name,
         action="store_true",
         default=default,
-        help=f"(default: {'on' if default else 'off'}; --no-{flag} turns it off)",
+        help=f"{what} (default: {'on' if default else 'off'}; --no-{flag} turns it off)".strip(),
     )
     group.add_argument(f"--no-{flag}", dest=name, action="store_false", help=argparse.SUPPRESS)
 
 
 def _options() -> argparse.ArgumentParser:
     defaults = RunSettings(framework="tf-single")
+    run_defaults = RunOptions()
     p = _Parser(add_help=False)
     grid = p.add_argument_group("grid point")
     grid.add_argument("--framework", required=True, help=f"one of {', '.join(FRAMEWORKS)}")
@@ -95,7 +92,9 @@ def _options() -> argparse.ArgumentParser:
     training.add_argument(
         "--precision", default=defaults.precision, help=f"one of {', '.join(PRECISIONS)}"
     )
-    _on_off(training, "xla", defaults.xla)
+    _on_off(training, "xla", defaults.xla, "TensorFlow frameworks: XLA auto-clustering")
+    _on_off(training, "compile", defaults.compile, "torch frameworks: torch.compile the model")
+    _on_off(training, "channels_last", defaults.channels_last, "torch frameworks: NHWC layout")
     training.add_argument(
         "--horovod-launcher",
         default=defaults.horovod_launcher,
@@ -126,6 +125,18 @@ def _options() -> argparse.ArgumentParser:
         metavar="MB",
         help="tf-multiworker: all-reduce gradients in packs of this size "
         "(CommunicationOptions.bytes_per_pack); 0: TensorFlow decides",
+    )
+    comms.add_argument(
+        "--ddp-bucket-cap-mb",
+        type=float,
+        default=defaults.ddp_bucket_cap_mb,
+        metavar="MB",
+        help="torch-ddp: all-reduce gradients in buckets of this size (bucket_cap_mb)",
+    )
+    comms.add_argument(
+        "--ddp-compression",
+        default=defaults.ddp_compression,
+        help="torch-ddp: gradients on the wire: none, or fp16 (the fp16_compress_hook)",
     )
     out = p.add_argument_group("output")
     out.add_argument("--output", help="where the JSON record goes (written atomically)")
@@ -159,7 +170,7 @@ def _options() -> argparse.ArgumentParser:
     out.add_argument(
         "--collective-timeout",
         type=float,
-        default=DEFAULT_COLLECTIVE_TIMEOUT,
+        default=run_defaults.collective_timeout,
         metavar="SECONDS",
         help="a collective that waits this long for a stalled rank fails the run "
         "(MultiWorkerMirrored, Horovod over Gloo; Horovod over MPI has no such "
@@ -192,17 +203,23 @@ def parse(argv: list[str] | None = None):
     )
     commands.add_parser("run", parents=[common], help="every process of one grid point, here")
     args = parser.parse_args(argv)
-    fields = {f.name for f in dataclasses.fields(RunSettings)}
-    settings = RunSettings(**{k: v for k, v in vars(args).items() if k in fields})
+    settings = RunSettings(**_fields_of(RunSettings, args))
     if args.global_batch_size is not None:
         settings = with_global_batch(settings, args.global_batch_size)
-    return args, settings
+    options = RunOptions(**_fields_of(RunOptions, args, renamed={"save_weights": "weights_file"}))
+    return args, settings, options
+
+
+def _fields_of(kind, args, renamed=None) -> dict:
+    """The parsed options that are fields of the dataclass `kind` (flag name -> field)."""
+    values = {(renamed or {}).get(k, k): v for k, v in vars(args).items()}
+    return {f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values}
 
 
 def main(argv: list[str] | None = None) -> int:
     prog = "trainscale"
     try:
-        args, settings = parse(argv)
+        args, settings, options = parse(argv)
         prog = f"trainscale {args.command}"
         validate(settings)
         nonnegative = (
@@ -216,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, option) < 0:
                 raise SettingsError(f"--{option.replace('_', '-')} must be zero or positive")
         if args.command == "train":
-            return _train(settings, args)
-        return _run(settings, args)
+            return _train(settings, options)
+        return _run(settings, options)
     except SettingsError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
@@ -247,24 +264,16 @@ def mark_first_to_die() -> None:
         pass
 
 
-def set_collective_timeout(seconds: float) -> None:
-    """Pass the timeout on as the environment the frameworks read: Horovod's
-    Gloo reads its own variable; trainscale.frameworks.MultiWorker reads ours."""
-    if seconds:
-        os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, round(seconds)))
-        os.environ["TRAINSCALE_COLLECTIVE_TIMEOUT_SECONDS"] = str(seconds)
-
-
-def _train(settings: RunSettings, args) -> int:
-    import tensorflow as tf
-
-    from trainscale.training import train
+def _train(settings: RunSettings, options: RunOptions) -> int:
+    from trainscale.training import OutOfMemory, train
 
     mark_first_to_die()
-    set_collective_timeout(args.collective_timeout)
+    if options.collective_timeout:
+        # Horovod's Gloo reads its timeout from its own variable, in hvd.init().
+        os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, round(options.collective_timeout)))
     try:
-        train(settings, args.output, args.save_weights, args.expect_cuda_devices)
-    except (tf.errors.ResourceExhaustedError, MemoryError) as err:
+        train(settings, options)
+    except (OutOfMemory, MemoryError) as err:
         # Running out of memory is a result of this grid point, not a crash.
         # The launcher reads this line (from any rank) and writes the record.
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
@@ -287,22 +296,16 @@ def own_log_tail(lines: int = 30) -> str:
     return log_tail(path, lines)
 
 
-def _run(settings: RunSettings, args) -> int:
-    from trainscale.launch import in_slurm_job, launch, slurm_job_reason
+def _run(settings: RunSettings, options: RunOptions) -> int:
+    from trainscale.launch import launch
     from trainscale.records import atomic_write_json, outcome_record, read_record
+    from trainscale.slurm import in_slurm_job, slurm_job_reason
 
-    output = args.output or (
+    output = options.output or (
         f"trainscale-{settings.framework}-{settings.model}-n{settings.nodes}"
         f"g{settings.gpus_per_node}-b{settings.batch_size}.json"
     )
-    result = launch(
-        settings,
-        output,
-        args.save_weights,
-        args.requested_gpus_per_node,
-        args.timeout,
-        args.collective_timeout,
-    )
+    result = launch(settings, dataclasses.replace(options, output=output))
     code = result.code
     outcome = None
     reason = slurm_job_reason() if result.terminated and in_slurm_job() else ""
@@ -316,7 +319,7 @@ def _run(settings: RunSettings, args) -> int:
         outcome = ("timeout", f"SLURM ended the job at its time limit after {result.seconds:.0f} s")
     elif code != 0 and result.out_of_memory:
         outcome = ("oom", result.out_of_memory)
-    elif code != 0 and args.attempts and args.attempt >= args.attempts:
+    elif code != 0 and options.attempts and options.attempt >= options.attempts:
         why = f"SIGTERM (SLURM reason: {reason or 'none given'})" if result.terminated else code
         outcome = ("failed", f"exited with {why}; log tail:\n{own_log_tail()}")
     if outcome:

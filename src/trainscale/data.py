@@ -14,6 +14,13 @@ equivalence test compare a 2-replica step with a 1-replica step.
 
 Augmentation (pad-and-crop, horizontal flip) is stateless and seeded by the
 example's index, for the same reason: it does not depend on the sharding.
+
+Two pipelines read the same shards: tf.data for the TensorFlow frameworks,
+plain NumPy batches for the torch ones (numpy_batches). Both crop and flip
+the same way, but draw their offsets from different generators (TensorFlow's
+stateless RNG; a SplitMix64 hash of seed and index here), so the two
+ecosystems see equally random, not identical, augmented images. The
+synthetic batch is identical in both (synthetic_batch).
 """
 
 from __future__ import annotations
@@ -24,8 +31,6 @@ import pickle
 import tarfile
 
 import numpy as np
-
-from trainscale.settings import SettingsError
 
 CIFAR100_FOLDER = "cifar-100-python"
 CIFAR100_ARCHIVE = "cifar-100-python.tar.gz"
@@ -91,7 +96,7 @@ def find_cifar100(data_dir: str) -> str:
             return path
         if os.path.isfile(path):
             return path
-    raise SettingsError(
+    raise DataError(
         f"--data-dir {data_dir!r} holds no CIFAR-100 ({CIFAR100_FOLDER}/train or "
         f"{CIFAR100_ARCHIVE}); download it there or use --dataset synthetic"
     )
@@ -191,6 +196,19 @@ def shard_indices(num_examples: int, shard_index: int, num_shards: int, seed: in
     return order[shard_index::num_shards]
 
 
+def _batchable_shard(
+    num_examples: int, shard_index: int, num_shards: int, batch_size: int, seed: int
+) -> np.ndarray:
+    """shard_indices, refused when the shard does not fill one batch."""
+    indices = shard_indices(num_examples, shard_index, num_shards, seed)
+    if len(indices) < batch_size:
+        raise DataError(
+            f"shard {shard_index} of {num_shards} holds {len(indices)} images, "
+            f"fewer than one batch of {batch_size}"
+        )
+    return indices
+
+
 def cifar100_dataset(
     images: np.ndarray,
     labels: np.ndarray,
@@ -209,12 +227,7 @@ def cifar100_dataset(
     """
     import tensorflow as tf
 
-    indices = shard_indices(len(images), shard_index, num_shards, seed)
-    if len(indices) < batch_size:
-        raise DataError(
-            f"shard {shard_index} of {num_shards} holds {len(indices)} images, "
-            f"fewer than one batch of {batch_size}"
-        )
+    indices = _batchable_shard(len(images), shard_index, num_shards, batch_size, seed)
     dataset = tf.data.Dataset.from_tensor_slices(
         (images[indices], labels[indices], indices.astype(np.int64))
     )
@@ -235,16 +248,71 @@ def cifar100_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def synthetic_dataset(
+def synthetic_batch(
     *, shard_index: int, batch_size: int, image_size: int, num_classes: int, seed: int
-):
-    """One random batch per replica, repeated (Horovod's synthetic benchmark)."""
-    import tensorflow as tf
-
+) -> tuple[np.ndarray, np.ndarray]:
+    """One replica's random batch: float32 NHWC images and int32 labels."""
     rng = np.random.default_rng([seed, shard_index])
     images = rng.standard_normal((batch_size, image_size, image_size, 3), dtype=np.float32)
     labels = rng.integers(0, num_classes, size=batch_size).astype(np.int32)
-    return tf.data.Dataset.from_tensors((images, labels)).repeat()
+    return images, labels
+
+
+def synthetic_dataset(**batch):
+    """One random batch per replica, repeated (Horovod's synthetic benchmark)."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensors(synthetic_batch(**batch)).repeat()
+
+
+# --------------------------------------------------------------------------
+# NumPy batches (the torch frameworks)
+# --------------------------------------------------------------------------
+
+
+def _splitmix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function: well-mixed 64-bit words from a counter, vectorised."""
+    with np.errstate(over="ignore"):
+        z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def augment_batch(images: np.ndarray, indices: np.ndarray, seed: int) -> np.ndarray:
+    """Pad by 4, crop back to 32x32 and maybe flip, each example keyed by (seed, index)."""
+    words = _splitmix64(indices.astype(np.uint64) ^ _splitmix64(np.array([seed]))[0])
+    rows, cols = (words % 9).astype(np.intp), ((words >> np.uint64(8)) % 9).astype(np.intp)
+    flip = ((words >> np.uint64(16)) & np.uint64(1)).astype(bool)
+    padded = np.pad(images, ((0, 0), (4, 4), (4, 4), (0, 0)))
+    side = np.arange(CIFAR_IMAGE_SIZE)
+    crop_rows = (rows[:, None] + side)[:, :, None]
+    crop_cols = (cols[:, None] + np.where(flip[:, None], side[::-1], side))[:, None, :]
+    return padded[np.arange(len(images))[:, None, None], crop_rows, crop_cols]
+
+
+def numpy_batches(
+    images: np.ndarray,
+    labels: np.ndarray,
+    *,
+    shard_index: int,
+    num_shards: int,
+    batch_size: int,
+    seed: int,
+    augment: bool,
+):
+    """cifar100_dataset's batches as NumPy arrays, for ever: (uint8 NHWC images, int64 labels)."""
+    indices = _batchable_shard(len(images), shard_index, num_shards, batch_size, seed)
+    # As tf.data's repeat().batch(drop_remainder=True): batches run on across
+    # the end of the shard into its next pass.
+    position = 0
+    while True:
+        chosen = indices[(position + np.arange(batch_size)) % len(indices)]
+        position = (position + batch_size) % len(indices)
+        batch = images[chosen]
+        if augment:
+            batch = augment_batch(batch, chosen, seed)
+        yield batch, labels[chosen].astype(np.int64)
 
 
 def prepare_images(images, image_size: int, compute_dtype: str):

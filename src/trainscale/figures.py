@@ -15,13 +15,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from trainscale.analysis import (  # noqa: E402
-    PANEL,
-    series_label,
-    series_order,
-)
 from trainscale.records import atomic_path  # noqa: E402
 from trainscale.registry import label as framework_label  # noqa: E402
+from trainscale.tables import PANEL  # noqa: E402
+from trainscale.tidy import series_label, series_order  # noqa: E402
 
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 
@@ -248,7 +245,7 @@ def utilisation(combined: pd.DataFrame, paths: list[str], note=None):
 
 def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], note=None):
     """Measured and reference throughput at the grid points both have."""
-    from trainscale.analysis import add_series
+    from trainscale.tidy import add_series
 
     comparison = add_series(comparison.assign(knobs=comparison.get("knobs", "")))
     lines = [
@@ -283,13 +280,8 @@ def write_figures(
     """
     import os
 
-    from trainscale.analysis import (
-        combine_repeats,
-        load_tidy,
-        ok_only,
-        reference_combined,
-        reference_table,
-    )
+    from trainscale.tables import reference_table
+    from trainscale.tidy import combine_repeats, load_tidy, ok_only, reference_combined
 
     tidy = load_tidy(tidy_csv)
     combined = ok_only(combine_repeats(tidy))

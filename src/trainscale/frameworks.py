@@ -1,6 +1,6 @@
 """How each framework distributes the one training step.
 
-A framework adds exactly three things to the shared step in training.py:
+A framework adds exactly three things to the shared step in tf_backend.py:
 - how processes find each other and which devices each one drives (setup),
 - how data is sharded over replicas (make_iterator),
 - how gradients are reduced (wrap_tape for Horovod; the strategy's optimizer
@@ -17,16 +17,13 @@ exactly what tf-single computes on the whole batch.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 
 import numpy as np
 
-from trainscale.settings import RunSettings, local_cpu_count
-
-
-class DeviceError(RuntimeError):
-    """The process sees fewer devices than the run asked for."""
+from trainscale.backend import DeviceError, init_horovod
+from trainscale.settings import RunOptions, RunSettings, local_cpu_count
+from trainscale.slurm import slurm_port_base
 
 
 class Framework:
@@ -35,20 +32,13 @@ class Framework:
     # reduce it over replicas) or only this process's share (Horovod).
     loss_is_global = True
 
-    def __init__(self, settings: RunSettings):
+    def __init__(self, settings: RunSettings, options: RunOptions):
         self.settings = settings
+        self.options = options
         self.num_processes = 1
         self.process_index = 0
         self.replicas_in_process = 1
         self.devices: list[str] = []
-
-    @property
-    def is_chief(self) -> bool:
-        return self.process_index == 0
-
-    @property
-    def num_replicas(self) -> int:
-        return self.num_processes * self.replicas_in_process
 
     def scope(self):
         return contextlib.nullcontext()
@@ -69,16 +59,6 @@ class Framework:
     def gather_rows(self, row: np.ndarray) -> np.ndarray:
         """Stack a 1-D float row from every process: shape (num_processes, len(row))."""
         return np.asarray(row, dtype=np.float64)[None, :]
-
-    def gather_json(self, value, width: int = 4096) -> list:
-        """Gather one JSON-able value from every process, through gather_rows."""
-        blob = json.dumps(value).encode()
-        if len(blob) > width:
-            raise ValueError(f"value too large to gather ({len(blob)} > {width} bytes)")
-        row = np.zeros(width, dtype=np.float64)
-        row[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
-        rows = self.gather_rows(row).astype(np.uint8)
-        return [json.loads(bytes(r).rstrip(b"\0").decode()) for r in rows]
 
 
 # --------------------------------------------------------------------------
@@ -101,22 +81,6 @@ def configure_host(settings: RunSettings, processes_on_node: int) -> None:
     else:
         for gpu in tf.config.list_physical_devices("GPU"):
             tf.config.experimental.set_memory_growth(gpu, True)
-
-
-def require_cuda_devices(count: int) -> None:
-    """Fail unless CUDA_VISIBLE_DEVICES names at least `count` devices.
-
-    What SLURM gave this process is checked before TensorFlow starts, so a
-    launcher that hides GPUs (a step wrapped in `srun -n1` without --gpus,
-    say) is caught even on a CPU run, and no number is reported for it.
-    """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    devices = [d for d in (visible or "").split(",") if d.strip()]
-    if len(devices) < count:
-        raise DeviceError(
-            f"this process was given {count} GPU(s) per the job request but sees "
-            f"{len(devices)} (CUDA_VISIBLE_DEVICES={visible if visible is not None else '<unset>'})"
-        )
 
 
 def _require_gpus(count: int, who: str) -> list:
@@ -168,12 +132,7 @@ class Horovod(Framework):
         import tensorflow as tf
 
         self.hvd = hvd
-        if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
-            os.environ.update(horovod_env_from_slurm())
-        # Read by Horovod's background thread when it starts, in hvd.init().
-        threshold = round(self.settings.horovod_fusion_threshold_mb * 2**20)
-        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(threshold)
-        hvd.init()
+        init_horovod(hvd, self.settings)
         configure_host(self.settings, hvd.local_size())
         self.num_processes, self.process_index = hvd.size(), hvd.rank()
         if self.settings.device == "gpu":
@@ -360,7 +319,7 @@ class MultiWorker(Strategy):
         }[choice]
         # Without a timeout a stalled (not dead) worker holds the others in a
         # collective for ever: TF's peer health check does not notice it.
-        timeout = float(os.environ.get("TRAINSCALE_COLLECTIVE_TIMEOUT_SECONDS", 0)) or None
+        timeout = self.options.collective_timeout or None
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=implementation,
             timeout_seconds=timeout,
@@ -414,47 +373,10 @@ class MultiWorker(Strategy):
         )
 
 
-def _tasks_per_node(spec: str) -> list[int]:
-    """Expand SLURM's tasks-per-node syntax: "2(x3),1" -> [2, 2, 2, 1]."""
-    counts = []
-    for part in spec.split(","):
-        if "(x" in part:
-            count, repeat = part.rstrip(")").split("(x")
-            counts += [int(count)] * int(repeat)
-        else:
-            counts.append(int(part))
-    return counts
-
-
-def horovod_env_from_slurm(env=None) -> dict[str, str]:
-    """Horovod's per-rank Gloo variables, derived from SLURM's task variables.
-
-    srun starts every rank with the same environment; each rank works out its
-    own place from what SLURM set for its task.
-    """
-    env = os.environ if env is None else env
-    node = int(env["SLURM_NODEID"])
-    per_node = _tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"])
-    return {
-        "HOROVOD_RANK": env["SLURM_PROCID"],
-        "HOROVOD_SIZE": env["SLURM_STEP_NUM_TASKS"],
-        "HOROVOD_LOCAL_RANK": env["SLURM_LOCALID"],
-        "HOROVOD_LOCAL_SIZE": str(per_node[node]),
-        "HOROVOD_CROSS_RANK": str(node),
-        "HOROVOD_CROSS_SIZE": env["SLURM_STEP_NUM_NODES"],
-        "HOROVOD_HOSTNAME": env["SLURMD_NODENAME"],
-    }
-
-
-def slurm_port_base(job_id: str) -> int:
-    """A port base per SLURM job, so two jobs sharing a node never both bind 8888."""
-    return 20000 + (int(job_id) % 2000) * 16
-
-
 FRAMEWORK_CLASSES = {cls.name: cls for cls in (SingleDevice, Horovod, Mirrored, MultiWorker)}
 
 
-def create_framework(settings: RunSettings) -> Framework:
-    framework = FRAMEWORK_CLASSES[settings.framework](settings)
+def create_framework(settings: RunSettings, options: RunOptions) -> Framework:
+    framework = FRAMEWORK_CLASSES[settings.framework](settings, options)
     framework.setup()
     return framework

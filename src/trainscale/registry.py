@@ -14,7 +14,14 @@ How processes are started (`launch`):
   under SLURM);
 - "multiworker": one TF_CONFIG worker per node holding its GPUs, one per
   replica on CPU (a worker holding two logical CPU replicas hung before its
-  first step).
+  first step);
+- "torch-distributed": one rank per replica, each told RANK, WORLD_SIZE,
+  LOCAL_RANK and the first rank's MASTER_ADDR:MASTER_PORT, the environment
+  torch.distributed's env:// rendezvous reads (local processes here, srun
+  tasks under SLURM).
+
+The ecosystem names the backend that trains it (trainscale.training.BACKENDS)
+and the environment key (in the study config) names the venv it runs from.
 """
 
 from __future__ import annotations
@@ -22,31 +29,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Knobs every framework reads (a table block or figure panel each).
-SHARED_KNOBS = ("precision", "xla")
+SHARED_KNOBS = ("precision",)
+# Knobs every framework of one ecosystem reads: compiling the step (XLA's
+# auto-clustering; torch.compile) and torch's memory layout.
+TENSORFLOW_KNOBS = ("xla",)
+TORCH_KNOBS = ("compile", "channels_last")
+ECOSYSTEM_KNOBS = {"tensorflow": TENSORFLOW_KNOBS, "torch": TORCH_KNOBS}
+HOROVOD_KNOBS = ("horovod_compression", "horovod_fusion_threshold_mb")
 
 
 @dataclass(frozen=True)
 class FrameworkSpec:
     name: str
     label: str  # in tables and figures
-    ecosystem: str  # whose training code runs it: "tensorflow"
+    ecosystem: str  # whose training code runs it: "tensorflow" or "torch"
     environment: str  # the config key naming the environment it runs from
-    launch: str  # "single", "horovod" or "multiworker" (above)
+    launch: str  # "single", "horovod", "multiworker" or "torch-distributed" (above)
     one_node: bool = False
     one_device: bool = False
-    # The knob axes only this framework reads, beyond SHARED_KNOBS.
+    # The knob axes this framework reads, beyond SHARED_KNOBS.
     knobs: tuple[str, ...] = ()
+    # The other ecosystem's framework it is held against in the tables
+    # (trainscale.tables.cross_ecosystem_table), if any.
+    compared_with: str = ""
 
     def processes_per_node(self, gpus_per_node: int, device: str) -> int:
         """How many OS processes one node runs for G GPUs (replicas) per node."""
-        if self.launch == "horovod":
+        if self.launch in ("horovod", "torch-distributed"):
             return gpus_per_node
         if self.launch == "multiworker" and device == "cpu":
             return gpus_per_node
         return 1
 
 
-# In table order: the baseline first.
+# In table order: each ecosystem's baseline first.
 REGISTRY = (
     FrameworkSpec(
         "tf-single",
@@ -56,6 +72,7 @@ REGISTRY = (
         "single",
         one_node=True,
         one_device=True,
+        knobs=TENSORFLOW_KNOBS,
     ),
     FrameworkSpec(
         "horovod",
@@ -63,10 +80,16 @@ REGISTRY = (
         "tensorflow",
         "train_env",
         "horovod",
-        knobs=("horovod_compression", "horovod_fusion_threshold_mb"),
+        knobs=TENSORFLOW_KNOBS + HOROVOD_KNOBS,
     ),
     FrameworkSpec(
-        "tf-mirrored", "TF MirroredStrategy", "tensorflow", "train_env", "single", one_node=True
+        "tf-mirrored",
+        "TF MirroredStrategy",
+        "tensorflow",
+        "train_env",
+        "single",
+        one_node=True,
+        knobs=TENSORFLOW_KNOBS,
     ),
     FrameworkSpec(
         "tf-multiworker",
@@ -74,7 +97,36 @@ REGISTRY = (
         "tensorflow",
         "train_env",
         "multiworker",
-        knobs=("collective_implementation", "all_reduce_pack_mb"),
+        knobs=TENSORFLOW_KNOBS + ("collective_implementation", "all_reduce_pack_mb"),
+    ),
+    FrameworkSpec(
+        "torch-single",
+        "PyTorch, 1 device",
+        "torch",
+        "torch_env",
+        "single",
+        one_node=True,
+        one_device=True,
+        knobs=TORCH_KNOBS,
+        compared_with="tf-single",
+    ),
+    FrameworkSpec(
+        "torch-ddp",
+        "PyTorch DDP",
+        "torch",
+        "torch_env",
+        "torch-distributed",
+        knobs=TORCH_KNOBS + ("ddp_bucket_cap_mb", "ddp_compression"),
+        compared_with="horovod",
+    ),
+    FrameworkSpec(
+        "horovod-torch",
+        "Horovod (PyTorch)",
+        "torch",
+        "torch_env",
+        "horovod",
+        knobs=TORCH_KNOBS + HOROVOD_KNOBS,
+        compared_with="horovod",
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)
@@ -103,3 +155,16 @@ def knob_readers() -> dict[str, set[str] | None]:
         for knob in spec.knobs:
             readers.setdefault(knob, set()).add(spec.name)
     return readers
+
+
+def panel_knobs(frameworks) -> set[str]:
+    """The knobs that split tables into blocks and figures into panels, for
+    records of these frameworks: the shared ones, and an ecosystem's own
+    (xla; compile, channels_last) when every framework is of that ecosystem.
+    There frameworks are compared at equal settings; any other knob a
+    framework reads makes a column or line of its own per value."""
+    ecosystems = {_BY_NAME[name].ecosystem for name in frameworks if name in _BY_NAME}
+    knobs = set(SHARED_KNOBS)
+    if len(ecosystems) == 1:
+        knobs |= set(ECOSYSTEM_KNOBS[ecosystems.pop()])
+    return knobs

@@ -24,6 +24,8 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 HOROVOD_LAUNCHERS = ("mpi", "gloo")
 # Horovod's gradient compression on the wire (hvd.Compression.none / .fp16).
 HOROVOD_COMPRESSIONS = ("none", "fp16")
+# DDP's gradient compression: none, or fp16 (the fp16_compress_hook).
+DDP_COMPRESSIONS = ("none", "fp16")
 # MultiWorkerMirrored's all-reduce: auto is NCCL on GPUs and RING on CPUs.
 COLLECTIVE_IMPLEMENTATIONS = ("auto", "ring", "nccl")
 
@@ -38,6 +40,9 @@ MODEL_MIN_IMAGE_SIZE = {
     "small_cnn": 16,
 }
 MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
+# The models defined for torch too, as the same networks (trainscale.torch_models);
+# the torch frameworks refuse the others.
+TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "small_cnn")
 
 NUM_CLASSES = {"cifar100": 100, "synthetic": 100}
 
@@ -78,6 +83,14 @@ class RunSettings:
     horovod_fusion_threshold_mb: float = 64.0  # Horovod's default; 0 turns fusion off
     collective_implementation: str = "auto"  # tf-multiworker
     all_reduce_pack_mb: float = 0.0  # tf-multiworker bytes_per_pack; 0: TensorFlow decides
+    # The torch frameworks' knobs, mirroring the TensorFlow ones: torch.compile
+    # (beside xla), channels-last memory layout, DDP's gradient bucket size
+    # (beside Horovod's fusion buffer; 25 MB is DDP's default) and DDP's fp16
+    # compression communication hook (beside Horovod's fp16 compression).
+    compile: bool = False
+    channels_last: bool = False
+    ddp_bucket_cap_mb: float = 25.0
+    ddp_compression: str = "none"
 
     @property
     def replicas(self) -> int:
@@ -122,6 +135,26 @@ class RunSettings:
         return args
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How one run is carried out and where its results go: nothing here
+    changes what is measured, so none of it enters the settings hash."""
+
+    output: str | None = None  # the JSON record, written atomically
+    weights_file: str | None = None  # initial and final weights (equivalence tests)
+    # (train) fail unless CUDA_VISIBLE_DEVICES names at least this many devices
+    expect_cuda_devices: int = 0
+    # (run) the GPUs per node the job asked its scheduler for
+    requested_gpus_per_node: int = 0
+    timeout: float = 0.0  # (run) the watchdog; 0: none
+    # A collective waiting this long for a stalled rank fails the run; 0: forever.
+    # Long enough for the first step's tracing skew between ranks, short
+    # enough that a stalled rank does not hold a cluster allocation for long.
+    collective_timeout: float = 300.0
+    attempt: int = 1  # (run) which attempt at this grid point this is
+    attempts: int = 0  # (run) from this attempt on, a failure writes a `failed` record
+
+
 def _positive(name: str, value: int) -> None:
     if value <= 0:
         raise SettingsError(f"--{name} must be a positive integer, got {value}")
@@ -160,6 +193,11 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
             f"--horovod-compression {s.horovod_compression!r} is unknown; "
             f"choose one of {', '.join(HOROVOD_COMPRESSIONS)}"
         )
+    if s.ddp_compression not in DDP_COMPRESSIONS:
+        raise SettingsError(
+            f"--ddp-compression {s.ddp_compression!r} is unknown; "
+            f"choose one of {', '.join(DDP_COMPRESSIONS)}"
+        )
     if s.collective_implementation not in COLLECTIVE_IMPLEMENTATIONS:
         raise SettingsError(
             f"--collective-implementation {s.collective_implementation!r} is unknown; "
@@ -167,7 +205,12 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
         )
     if s.collective_implementation == "nccl" and s.device != "gpu":
         raise SettingsError("--collective-implementation nccl needs --device gpu")
-    for name in ("horovod_fusion_threshold_mb", "all_reduce_pack_mb", "time_budget_seconds"):
+    for name in (
+        "horovod_fusion_threshold_mb",
+        "all_reduce_pack_mb",
+        "ddp_bucket_cap_mb",
+        "time_budget_seconds",
+    ):
         if not getattr(s, name) >= 0:
             raise SettingsError(
                 f"--{name.replace('_', '-')} must be zero or positive, got {getattr(s, name)}"
@@ -189,6 +232,11 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
             f"--image-size {s.image_size} is below {s.model}'s minimum of {minimum}"
         )
     spec = framework_spec(s.framework)
+    if spec.ecosystem == "torch" and s.model not in TORCH_MODELS:
+        raise SettingsError(
+            f"--model {s.model} is not defined for torch, so it would not be the same network "
+            f"as TensorFlow's; {s.framework} runs {', '.join(TORCH_MODELS)}"
+        )
     if spec.one_device and (s.nodes, s.gpus_per_node) != (1, 1):
         raise SettingsError(
             f"--framework {s.framework} runs on one device: use --nodes 1 --gpus-per-node 1"
@@ -200,9 +248,14 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
             f"({', '.join(spanning)} span nodes)"
         )
     if check_data and s.dataset == "cifar100":
-        from trainscale.data import find_cifar100
+        # data.py reads files and knows nothing of settings: its error, which
+        # names --data-dir, becomes a settings error here.
+        from trainscale.data import DataError, find_cifar100
 
-        find_cifar100(s.data_dir)  # raises SettingsError naming --data-dir
+        try:
+            find_cifar100(s.data_dir)
+        except DataError as err:
+            raise SettingsError(str(err)) from None
     return s
 
 

@@ -16,7 +16,6 @@ from trainscale.data import (
     shard_indices,
     write_cifar100,
 )
-from trainscale.settings import SettingsError
 
 
 @pytest.fixture()
@@ -89,7 +88,7 @@ def test_pipelines_feed_each_replica_a_different_shard(tmp_path, known_images):
 
 
 def test_missing_data_dir_names_the_option(tmp_path):
-    with pytest.raises(SettingsError, match="--data-dir"):
+    with pytest.raises(DataError, match="--data-dir"):
         find_cifar100(str(tmp_path / "nowhere"))
 
 

@@ -11,6 +11,7 @@ gradient (Adam's first step is lr * sign(g), which would hide a wrong scale).
 import numpy as np
 import pytest
 from conftest import load_json, trainscale
+from runs import assert_knob_effect, assert_options_recorded, assert_trains_like_one_device
 
 # Measured on this code: largest difference 7.5e-09 for all three (closing note of
 # issue 2); the bound leaves room for other CPUs' summation orders while
@@ -74,19 +75,8 @@ def reference(tmp_path_factory, cifar_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["horovod", "tf-mirrored", "tf-multiworker"])
 def test_two_replicas_match_one_device_on_the_full_batch(tmp_path, cifar_dir, reference, framework):
-    single_initial, single_final = reference
-    initial, final = _train(tmp_path, cifar_dir, framework, 2)
-    for a, b in zip(single_initial, initial, strict=True):
-        np.testing.assert_array_equal(a, b)  # same start, or the test proves nothing
-
-    moved = max(
-        float(np.max(np.abs(f - i))) for f, i in zip(single_final, single_initial, strict=True)
-    )
-    assert moved > 100 * ATOL, f"training barely moved the weights ({moved}); test too weak"
-
-    difference = max(float(np.max(np.abs(a - b))) for a, b in zip(single_final, final, strict=True))
-    print(f"{framework}: max |w - w_single| = {difference:.3e} (weights moved {moved:.3e})")
-    assert difference <= ATOL
+    run = _train(tmp_path, cifar_dir, framework, 2)
+    assert_trains_like_one_device(reference, run, ATOL, framework)
 
 
 # Communication knobs that must not change the arithmetic (fusion, packing,
@@ -104,16 +94,7 @@ KNOBS = [
 def test_communication_knobs_change_the_numbers_only_where_they_should(
     tmp_path, cifar_dir, reference, framework, options, changes_numbers
 ):
-    _, single_final = reference
     _, final = _train(tmp_path, cifar_dir, framework, 2, *options)
-    largest = max(float(np.max(np.abs(a - b))) for a, b in zip(single_final, final, strict=True))
-    print(f"{framework} {' '.join(options)}: max |dw| {largest:.2e}")
-    if changes_numbers:
-        assert ATOL < largest < 1e-3
-    else:
-        assert largest < ATOL
-    record = load_json(tmp_path / f"{framework}.json")
-    recorded = record["settings"]
-    for flag, value in zip(options[::2], options[1::2], strict=True):
-        key = flag[2:].replace("-", "_")
-        assert str(recorded[key]) == value or recorded[key] == pytest.approx(float(value))
+    label = f"{framework} {' '.join(options)}"
+    assert_knob_effect(reference[1], final, ATOL, changes_numbers, label)
+    assert_options_recorded(load_json(tmp_path / f"{framework}.json")["settings"], options)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import TRAINSCALE, load_json, trainscale
 
-from trainscale.launch import OOM_SIGNS, ProcessTree, _stop
+from trainscale.supervision import OOM_SIGNS, ProcessTree, stop_all
 
 pytestmark = pytest.mark.slow
 
@@ -335,7 +335,7 @@ def test_stopping_a_run_ends_and_waits_for_an_orphan_deaf_to_sigterm():
         time.sleep(0.1)
     grandchildren = tree.alive()
     start = time.monotonic()
-    _stop([child], tree, grace=1)
+    stop_all([child], tree, grace=1)
     assert child.returncode is not None
     assert tree.alive() == [] and len(grandchildren) == 2
     assert time.monotonic() - start < 1 + 5  # the grace, then SIGKILL's wait

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from trainscale.settings import RunSettings, SettingsError, validate, with_global_batch
+from trainscale.settings import RunOptions, RunSettings, SettingsError, validate, with_global_batch
 
 
 def test_defaults_follow_the_paper():
@@ -47,7 +47,7 @@ def test_cli_args_round_trip():
         precision="bf16",
         horovod_launcher="gloo",
     )
-    _, parsed = parse(["train", *s.to_cli_args()])
+    _, parsed, _ = parse(["train", *s.to_cli_args()])
     assert parsed == s
 
 
@@ -88,7 +88,7 @@ def test_validation_names_the_option(changes, message):
 
 
 def test_horovod_gloo_variables_from_slurm_task_variables():
-    from trainscale.frameworks import horovod_env_from_slurm
+    from trainscale.slurm import horovod_env_from_slurm
 
     task = {
         "SLURM_PROCID": "3",
@@ -117,7 +117,7 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
 
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     s = RunSettings(framework="horovod", nodes=2, gpus_per_node=2, dataset="synthetic")
-    [(argv, env)] = process_plan(s, "r.json", requested_gpus_per_node=2)
+    [(argv, env)] = process_plan(s, RunOptions("r.json", requested_gpus_per_node=2))
     assert argv[:7] == [
         "srun",
         "--nodes=2",
@@ -129,7 +129,7 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     ]
     assert "--mpi=pmix" in argv and argv[argv.index("--expect-cuda-devices") + 1] == "1"
     mirrored = RunSettings(framework="tf-mirrored", gpus_per_node=4, dataset="synthetic")
-    [(argv, _)] = process_plan(mirrored, "r.json", requested_gpus_per_node=4)
+    [(argv, _)] = process_plan(mirrored, RunOptions("r.json", requested_gpus_per_node=4))
     # One process is a step of its own too (SLURM then marks the step, not
     # the job, OUT_OF_MEMORY), holding all 4 GPUs.
     assert argv[:4] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1"]
@@ -149,6 +149,6 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     ],
 )
 def test_slurm_durations(text, seconds):
-    from trainscale.launch import parse_slurm_duration
+    from trainscale.slurm import parse_slurm_duration
 
     assert parse_slurm_duration(text) == seconds

@@ -10,17 +10,9 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from trainscale.analysis import (
-    CollectError,
-    add_scaling,
-    collect,
-    combine_repeats,
-    display_frame,
-    table1,
-    table2,
-    to_latex,
-    to_markdown,
-)
+from trainscale.rendering import display_frame, to_latex, to_markdown
+from trainscale.tables import table1, table2
+from trainscale.tidy import CollectError, add_scaling, collect, combine_repeats
 
 
 def row(

@@ -81,6 +81,13 @@ def trainscale_command(wildcards):
     return os.path.join(config[environment], "bin", "trainscale")
 
 
+def conda_env(wildcards):
+    """The conda env file of a train job's framework: envs/train.yaml for
+    train_env, envs/torch.yaml for torch_env (the registry names the key)."""
+    environment = framework_spec(point_of(wildcards).framework).environment
+    return f"../../envs/{environment.removesuffix('_env')}.yaml"
+
+
 WEAK_SCALING_FRAMEWORK = config["figures"]["weak_scaling_framework"]
 GRID = set(POINTS)
 GENERATED_DATA = (
@@ -144,7 +151,9 @@ def reference_record_files():
     )
 
 
-TABLES = ["table1", "table2", "efficiency"] + (["vs_reference"] if REFERENCE else [])
+TABLES = ["table1", "table2", "efficiency", "cross_ecosystem"] + (
+    ["vs_reference"] if REFERENCE else []
+)
 FIGURES = [
     "weak_scaling_hosts",
     "weak_scaling_gpus",

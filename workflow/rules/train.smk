@@ -12,7 +12,7 @@ rule train:
         f"{RESULTS}/logs/train/{RECORD_STEM}.log",
     retries: TRAIN_RETRIES
     conda:
-        "../../envs/train.yaml"
+        conda_env
     container:
         TRAIN_CONTAINER
     threads: lambda wildcards: int(wildcards.gpus_per_node)

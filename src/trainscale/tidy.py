@@ -1,4 +1,5 @@
-"""From run records to the tidy table and the paper's tables. pandas, no TensorFlow.
+"""From run records to the tidy table: each record checked, one row per run,
+speed-up and efficiency, repeats combined. pandas, no TensorFlow, no torch.
 
 Definitions (also in the README):
 - speed-up of a run = its total images/sec / the images/sec of the SAME
@@ -9,6 +10,8 @@ Definitions (also in the README):
 - repeats of a grid point combine into one row: the mean of their means, and
   the pooled std — the std of all their blocks together, computed from each
   repeat's block count, mean and std.
+
+The tables are trainscale.tables; their rendering trainscale.rendering.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import pandas as pd
 
 from trainscale.records import read_record
 from trainscale.registry import label as framework_label
-from trainscale.registry import table_order
+from trainscale.registry import panel_knobs, table_order
 from trainscale.settings import RunSettings
 from trainscale.study import KNOB_AXES, GridPoint, join_knobs, knob_text, parse_knobs
 
@@ -69,17 +72,22 @@ COLUMNS = [
 def add_series(frame: pd.DataFrame) -> pd.DataFrame:
     """Split each row's knobs into where the tables and figures show them.
 
-    `panel_knobs`: the knobs every framework reads (precision, xla): a table
-    block or figure panel each, like model and batch size, so frameworks are
-    compared at equal settings. `series`: the framework plus the knobs only it
-    reads ('horovod horovod_compression=fp16'): a column or line of its own.
+    `panel_knobs`: the knobs every framework of these records reads
+    (trainscale.registry.panel_knobs: precision; xla too when all are
+    TensorFlow's): a table block or figure panel each, like model and batch
+    size, so frameworks are compared at equal settings. `series`: the
+    framework plus the other knobs it reads ('horovod
+    horovod_compression=fp16'): a column or line of its own.
     """
     frame = frame.copy()
+    panel = panel_knobs(set(frame["framework"]))
     shared, series = [], []
     for framework, knobs in zip(frame["framework"], frame["knobs"], strict=True):
         pairs = parse_knobs(knobs)
-        shared.append(join_knobs(p for p in pairs if KNOB_AXES.get(p[0]) is None))
-        own = join_knobs(p for p in pairs if framework in (KNOB_AXES.get(p[0]) or ()))
+        shared.append(join_knobs(p for p in pairs if p[0] in panel))
+        own = join_knobs(
+            p for p in pairs if p[0] not in panel and framework in (KNOB_AXES.get(p[0]) or ())
+        )
         series.append(f"{framework} {own}" if own else framework)
     frame["panel_knobs"] = shared
     frame["series"] = series
@@ -296,219 +304,6 @@ def ok_only(combined: pd.DataFrame) -> pd.DataFrame:
     return combined[combined["status"] == "ok"]
 
 
-# --------------------------------------------------------------------------
-# The paper's tables
-# --------------------------------------------------------------------------
-
-
-def _varies(frame: pd.DataFrame, column: str) -> bool:
-    """Whether any row has knobs in `column`: only then do tables show it."""
-    return bool(len(frame)) and bool(frame[column].astype(bool).any())
-
-
-def _series_in(frame: pd.DataFrame) -> list[str]:
-    return sorted(set(frame["series"]), key=series_order)
-
-
-PANEL = ["model", "batch_size", "panel_knobs"]
-
-
-def _per_panel(combined: pd.DataFrame, build) -> pd.DataFrame:
-    """Build a table per (model, batch size, shared knobs) and stack them, those first.
-
-    The paper's tables hold one model and batch; a study may have several, and
-    knob axes every framework reads (precision, XLA). The knobs column is only
-    there when the grid varies such knobs.
-    """
-    parts = []
-    with_knobs = _varies(combined, "panel_knobs")
-    for (model, batch_size, knobs), part in combined.groupby(PANEL, sort=True):
-        table = build(part)
-        if with_knobs:
-            table.insert(0, "knobs", knobs)
-        table.insert(0, "batch_size", batch_size)
-        table.insert(0, "model", model)
-        parts.append(table)
-    if not parts:
-        return pd.DataFrame(columns=PANEL[:2])
-    return pd.concat(parts, ignore_index=True)
-
-
-def table1(combined: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Frameworks on ONE node: rows = GPUs; `<series>_mean/_std` columns.
-
-    A series is a framework, plus the knobs only it reads when the grid varies
-    them. With a reference, `<series>_reference_mean` and `<series>_ratio`
-    (measured / reference) follow each series whose framework the reference
-    also has for the same model (the reference may differ in batch, data or
-    device: its settings are in its records).
-    """
-
-    def build(part):
-        one_node = part[part["nodes"] == 1]
-        model = part["model"].iloc[0]
-        table = pd.DataFrame({"gpus": sorted(one_node["gpus_per_node"].unique())})
-        ref = None
-        if reference is not None:
-            ref = reference[(reference["nodes"] == 1) & (reference["model"] == model)]
-        for series in _series_in(one_node):
-            mine = one_node[one_node["series"] == series].set_index("gpus_per_node")
-            table[f"{series}_mean"] = table["gpus"].map(mine["images_per_sec_mean"])
-            table[f"{series}_std"] = table["gpus"].map(mine["images_per_sec_std"])
-            table[f"{series}_status"] = table["gpus"].map(mine["status"])
-            framework = series.partition(" ")[0]
-            if ref is not None and framework in set(ref["framework"]):
-                theirs = ref[ref["framework"] == framework].set_index("gpus_per_node")
-                reference_mean = table["gpus"].map(theirs["images_per_sec_mean"])
-                table[f"{series}_reference_mean"] = reference_mean
-                table[f"{series}_ratio"] = table[f"{series}_mean"] / reference_mean
-        return table
-
-    return _per_panel(combined, build)
-
-
-def table2(combined: pd.DataFrame, framework: str = "horovod") -> pd.DataFrame:
-    """One framework, rows = GPUs per node, `n<N>_mean/_std` columns per node count.
-
-    With knobs only this framework reads, one block per their values (column `series`).
-    """
-
-    def build(part):
-        blocks = []
-        for series in _series_in(part):
-            one = part[part["series"] == series]
-            table = pd.DataFrame({"gpus_per_node": sorted(one["gpus_per_node"].unique())})
-            for nodes in sorted(one["nodes"].unique()):
-                column = one[one["nodes"] == nodes].set_index("gpus_per_node")
-                table[f"n{nodes}_mean"] = table["gpus_per_node"].map(column["images_per_sec_mean"])
-                table[f"n{nodes}_std"] = table["gpus_per_node"].map(column["images_per_sec_std"])
-                table[f"n{nodes}_status"] = table["gpus_per_node"].map(column["status"])
-            if series != framework:
-                table.insert(0, "series", series_label(series))
-            blocks.append(table)
-        return pd.concat(blocks, ignore_index=True)
-
-    return _per_panel(combined[combined["framework"] == framework], build)
-
-
-def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
-    columns = [
-        "model",
-        "batch_size",
-        "framework",
-        "nodes",
-        "gpus_per_node",
-        "gpus",
-        "images_per_sec_mean",
-        "speedup",
-        "efficiency",
-        "achieved_tflops",
-        "mfu",
-        "status",
-    ]
-    if _varies(combined, "knobs"):
-        columns.insert(2, "knobs")
-    frame = combined[columns].copy()
-    frame["order"] = frame["framework"].map(table_order)
-    knobs = ["knobs"] if "knobs" in columns else []
-    keys = ["model", "batch_size", *knobs, "order", "nodes", "gpus_per_node"]
-    return frame.sort_values(keys).drop(columns="order").reset_index(drop=True)
-
-
-def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
-    """Every grid point the reference also has (same framework, model, nodes, GPUs per
-    node): measured, reference, and measured / reference, with the settings of both."""
-    keys = ["framework", "model", "nodes", "gpus_per_node"]
-    settings = ["batch_size", "image_size", "device"]
-    combined, reference = ok_only(combined), ok_only(reference)
-    theirs = reference[keys + settings + ["images_per_sec_mean", "images_per_sec_std"]]
-    theirs = theirs.rename(columns={c: f"reference_{c}" for c in theirs.columns if c not in keys})
-    merged = combined.merge(theirs, on=keys)
-    merged["ratio"] = merged["images_per_sec_mean"] / merged["reference_images_per_sec_mean"]
-    knobs = ["knobs"] if _varies(merged, "knobs") else []
-    columns = keys + [
-        *knobs,
-        "gpus",
-        *settings,
-        "images_per_sec_mean",
-        "images_per_sec_std",
-        *(f"reference_{c}" for c in settings),
-        "reference_images_per_sec_mean",
-        "reference_images_per_sec_std",
-        "ratio",
-    ]
-    return merged[columns].sort_values(keys + knobs).reset_index(drop=True)
-
-
-# --------------------------------------------------------------------------
-# Rendering: CSV holds numbers; Markdown and LaTeX show "mean ± std"
-# --------------------------------------------------------------------------
-
-
-def _cell(mean, std, status=None) -> str:
-    if mean is None or pd.isna(mean):
-        # No number: say why (OOM, TIMEOUT, FAILED), or nothing outside the grid.
-        return status.upper() if isinstance(status, str) and status != "ok" else ""
-    return f"{mean:.3f} ± {std:.3f}" if not pd.isna(std) else f"{mean:.3f}"
-
-
-def display_frame(table: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Fold every `<x>_mean`/`<x>_std` pair into one "mean ± std" column."""
-    labels = labels or {}
-    shown = {}
-    for column in table.columns:
-        if column.endswith(("_std", "_status")) and (
-            column.rsplit("_", 1)[0] + "_mean" in table.columns
-        ):
-            continue
-        if column.endswith("_mean") and column[:-5] + "_std" in table.columns:
-            stem = column[:-5]
-            statuses = table.get(stem + "_status", pd.Series([None] * len(table)))
-            shown[labels.get(stem, stem)] = [
-                _cell(m, s, st)
-                for m, s, st in zip(table[column], table[stem + "_std"], statuses, strict=True)
-            ]
-        elif pd.api.types.is_float_dtype(table[column]):
-            shown[labels.get(column, column)] = [
-                "" if pd.isna(v) else f"{v:.3f}" for v in table[column]
-            ]
-        else:
-            shown[labels.get(column, column)] = [str(v) for v in table[column]]
-    return pd.DataFrame(shown)
-
-
-def to_markdown(shown: pd.DataFrame, caption: str) -> str:
-    header = "| " + " | ".join(shown.columns) + " |"
-    rule = "|" + "|".join("---:" for _ in shown.columns) + "|"
-    rows = ["| " + " | ".join(row) + " |" for row in shown.astype(str).to_numpy().tolist()]
-    return f"**{caption}**\n\n" + "\n".join([header, rule, *rows]) + "\n"
-
-
-_LATEX_SPECIAL = str.maketrans({"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "±": r"$\pm$"})
-
-
-def to_latex(shown: pd.DataFrame, caption: str) -> str:
-    """A booktabs table (needs \\usepackage{booktabs})."""
-
-    def escape(text):
-        return str(text).translate(_LATEX_SPECIAL)
-
-    lines = [
-        r"\begin{table}[ht]",
-        r"\centering",
-        rf"\caption{{{escape(caption)}}}",
-        r"\begin{tabular}{" + "r" * len(shown.columns) + "}",
-        r"\toprule",
-        " & ".join(escape(c) for c in shown.columns) + r" \\",
-        r"\midrule",
-        *(" & ".join(escape(v) for v in row) + r" \\" for row in shown.to_numpy().tolist()),
-        r"\bottomrule",
-        r"\end{tabular}",
-        r"\end{table}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def load_tidy(path: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
@@ -534,95 +329,6 @@ def write_throughput(
     atomic_write_text(output, tidy.to_csv(index=False))
     print(f"collect: {len(tidy)} records of study {study} -> {output}")
     return tidy
-
-
-def _write_table(table: pd.DataFrame, folder: str, name: str, caption: str, labels=None):
-    from trainscale.records import atomic_write_text
-
-    shown = display_frame(table, labels)
-    atomic_write_text(os.path.join(folder, f"{name}.csv"), table.to_csv(index=False))
-    atomic_write_text(os.path.join(folder, f"{name}.md"), to_markdown(shown, caption))
-    atomic_write_text(os.path.join(folder, f"{name}.tex"), to_latex(shown, caption))
-
-
-def write_tables(
-    tidy_csv: str,
-    folder: str,
-    reference: str | None,
-    framework: str,
-    reference_records: list[str] = (),
-) -> None:
-    tidy = load_tidy(tidy_csv)
-    combined = combine_repeats(tidy)
-    ref = reference_combined(reference, list(reference_records))
-    study = tidy["study"].iloc[0] if len(tidy) else "?"
-    device = ", ".join(sorted(set(tidy["device"]))) or "?"
-
-    labels = {"gpus": "GPUs", "model": "Model", "batch_size": "Batch/GPU", "knobs": "Knobs"}
-    for series in set(combined["series"]) if len(combined) else ():
-        label = series_label(series)
-        labels[series] = f"{label} (images/sec)"
-        labels[f"{series}_reference_mean"] = f"{label} ({reference})"
-        labels[f"{series}_ratio"] = f"{label} measured / {reference}"
-    _write_table(
-        table1(combined, ref),
-        folder,
-        "table1",
-        f"Table I: frameworks on one node, total images/sec ({study}, {device})",
-        labels,
-    )
-
-    t2 = table2(combined, framework)
-    node_labels = {
-        c[:-5]: f"{c[1:-5]} node{'s' if c[1:-5] != '1' else ''}"
-        for c in t2.columns
-        if c.endswith("_mean")
-    }
-    node_labels.update(
-        {
-            "gpus_per_node": "GPUs per node",
-            "model": "Model",
-            "batch_size": "Batch/GPU",
-            "knobs": "Knobs",
-            "series": "Framework",
-        }
-    )
-    _write_table(
-        t2,
-        folder,
-        "table2",
-        f"Table II: {framework_label(framework)}, total images/sec "
-        f"by GPUs per node and nodes ({study}, {device})",
-        node_labels,
-    )
-
-    _write_table(
-        efficiency_table(combined),
-        folder,
-        "efficiency",
-        f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run, and model "
-        f"FLOPs utilisation (MFU: achieved / the devices' peak; empty where the device's "
-        f"peak is unknown) ({study})",
-        {"achieved_tflops": "TFLOP/s", "mfu": "MFU"},
-    )
-    if reference:
-        ref_labels = {
-            "images_per_sec": f"{study} (images/sec)",
-            "reference_images_per_sec": f"{reference} (images/sec)",
-            "ratio": f"measured / {reference}",
-        }
-        ref_labels.update(
-            {f"reference_{c}": f"{c} ({reference})" for c in ("batch_size", "image_size", "device")}
-        )
-        _write_table(
-            reference_table(combined, ref),
-            folder,
-            "vs_reference",
-            f"{study} vs {reference} at the grid points both have (their settings "
-            "may differ: see the columns)",
-            ref_labels,
-        )
-    print(f"tables: written to {folder}")
 
 
 def write_plan(study: str, rows: list[dict], output: str) -> str:

@@ -1,0 +1,156 @@
+"""The seam between the timed loop and an ecosystem's training code.
+
+trainscale.training runs the same loop for every framework: warm-up steps,
+timed blocks each ended by reading the loss (the device sync), every
+process's block rate gathered, then the record. Everything that depends on
+TensorFlow or torch sits behind a Backend, built once per process:
+
+- prepare(): processes find each other, pick their devices, build the model,
+  the optimizer, the precision policy, the sharded input and the compiled
+  step. Afterwards num_processes, process_index, replicas_in_process and
+  devices say what this process is.
+- step() runs one training step and returns the loss as the device holds it;
+  read_loss() turns it into a float, which waits for the step to finish.
+- gather_rows() stacks a row of floats from every process with the
+  framework's own collective (Horovod's allgather, the strategy's all-reduce,
+  torch.distributed's all_gather): the record's total rate is the SUM of
+  every process's rate.
+- out_of_memory_errors: the exceptions that mean the device ran out of
+  memory, which `trainscale train` turns into an `oom` record.
+
+trainscale.registry says which ecosystem a framework belongs to;
+trainscale.training imports that ecosystem's module only, so a torch run
+never imports TensorFlow and the other way round.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+import numpy as np
+
+from trainscale.settings import RunOptions, RunSettings
+from trainscale.slurm import horovod_env_from_slurm
+
+
+class DeviceError(RuntimeError):
+    """The process sees fewer devices than the run asked for."""
+
+
+def require_cuda_devices(count: int) -> None:
+    """Fail unless CUDA_VISIBLE_DEVICES names at least `count` devices.
+
+    What SLURM gave this process is checked before TensorFlow starts, so a
+    launcher that hides GPUs (a step wrapped in `srun -n1` without --gpus,
+    say) is caught even on a CPU run, and no number is reported for it.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = [d for d in (visible or "").split(",") if d.strip()]
+    if len(devices) < count:
+        raise DeviceError(
+            f"this process was given {count} GPU(s) per the job request but sees "
+            f"{len(devices)} (CUDA_VISIBLE_DEVICES={visible if visible is not None else '<unset>'})"
+        )
+
+
+class Backend:
+    # Whether step()'s loss is already the global mean (tf.distribute reduces
+    # it over replicas) or only this process's share, to be summed.
+    loss_is_global = True
+    out_of_memory_errors: tuple[type[BaseException], ...] = (MemoryError,)
+
+    def __init__(self, settings: RunSettings, options: RunOptions):
+        self.settings = settings
+        self.options = options
+        self.num_processes = 1
+        self.process_index = 0
+        self.replicas_in_process = 1
+        self.devices: list[str] = []
+
+    @classmethod
+    def create(cls, settings: RunSettings, options: RunOptions) -> Backend:
+        """The backend for settings.framework (an ecosystem's module may pick a subclass)."""
+        return cls(settings, options)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def num_replicas(self) -> int:
+        return self.num_processes * self.replicas_in_process
+
+    def prepare(self) -> None:
+        raise NotImplementedError
+
+    def step(self):
+        raise NotImplementedError
+
+    def after_first_step(self) -> None:
+        """Called once, after the first warm-up step (Horovod-TF broadcasts there)."""
+
+    def read_loss(self, loss) -> float:
+        return float(loss)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        """Stack a 1-D float row from every process: shape (num_processes, len(row))."""
+        return np.asarray(row, dtype=np.float64)[None, :]
+
+    def gather_json(self, value, width: int = 4096) -> list:
+        """Gather one JSON-able value from every process, through gather_rows."""
+        blob = json.dumps(value).encode()
+        if len(blob) > width:
+            raise ValueError(f"value too large to gather ({len(blob)} > {width} bytes)")
+        row = np.zeros(width, dtype=np.float64)
+        row[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+        rows = self.gather_rows(row).astype(np.uint8)
+        return [json.loads(bytes(r).rstrip(b"\0").decode()) for r in rows]
+
+    def trainable_weights(self) -> list[np.ndarray]:
+        """The model's trainable weights, in the model's order (the equivalence tests)."""
+        raise NotImplementedError
+
+    def peak_memory(self) -> dict:
+        """This process's peak: the GPU allocator's, else the peak RSS."""
+        import resource
+
+        rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return {"bytes": int(rss_kib) * 1024, "source": "process peak RSS (CPU run)"}
+
+    def gpu_name(self) -> str:
+        raise NotImplementedError
+
+    def training_flops_per_image(self) -> int:
+        raise NotImplementedError
+
+    def software_versions(self) -> dict:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------
+# Horovod, the same in both ecosystems
+# --------------------------------------------------------------------------
+
+
+def init_horovod(hvd, settings: RunSettings) -> None:
+    """hvd.init() for horovod.tensorflow or horovod.torch, with trainscale's settings."""
+    if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
+        os.environ.update(horovod_env_from_slurm())
+    # Read by Horovod's background thread when it starts, in hvd.init().
+    threshold = round(settings.horovod_fusion_threshold_mb * 2**20)
+    os.environ["HOROVOD_FUSION_THRESHOLD"] = str(threshold)
+    hvd.init()
+
+
+def horovod_versions(module: str) -> dict:
+    """Horovod's version and whether it has NCCL, as `module` (horovod.torch,
+    horovod.tensorflow) was built; None where it is not installed."""
+    try:
+        import horovod
+
+        hvd = importlib.import_module(module)
+    except ImportError:
+        return {"horovod": None, "horovod_nccl": None}
+    return {"horovod": horovod.__version__, "horovod_nccl": hvd.nccl_built() or None}

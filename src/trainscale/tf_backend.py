@@ -1,0 +1,184 @@
+"""The TensorFlow frameworks behind the loop's seam (trainscale.backend).
+
+One training step for all four (build_train_step); how each distributes it
+is trainscale.frameworks.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from trainscale.backend import Backend, horovod_versions
+from trainscale.data import cifar100_dataset, load_cifar100, prepare_images, synthetic_dataset
+from trainscale.flops import training_flops_per_image
+from trainscale.frameworks import create_framework
+from trainscale.models import build_model
+from trainscale.settings import RunSettings
+
+_POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+
+
+def make_optimizer(settings: RunSettings):
+    import tensorflow as tf
+
+    if settings.optimizer == "adam":
+        optimizer = tf.keras.optimizers.Adam(settings.learning_rate)
+    else:
+        optimizer = tf.keras.optimizers.SGD(settings.learning_rate)
+    if settings.precision == "fp16":
+        # float16 gradients underflow without loss scaling; bfloat16 has
+        # float32's exponent range and needs none.
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def make_dataset_fn(settings: RunSettings):
+    """dataset_fn(shard_index, num_shards, per_replica_batch) for Framework.make_iterator."""
+    if settings.dataset == "cifar100":
+        images, labels = load_cifar100(settings.data_dir)
+
+        def dataset_fn(shard_index, num_shards, batch_size):
+            return cifar100_dataset(
+                images,
+                labels,
+                shard_index=shard_index,
+                num_shards=num_shards,
+                batch_size=batch_size,
+                seed=settings.seed,
+                augment=settings.augment,
+            )
+
+    else:
+
+        def dataset_fn(shard_index, num_shards, batch_size):
+            return synthetic_dataset(
+                shard_index=shard_index,
+                batch_size=batch_size,
+                image_size=settings.image_size,
+                num_classes=settings.num_classes,
+                seed=settings.seed,
+            )
+
+    return dataset_fn
+
+
+def build_train_step(framework, model, optimizer, settings: RunSettings):
+    """The training step every framework runs: one definition, compiled once.
+
+    Per replica: prepare the batch, forward, loss divided by the GLOBAL batch,
+    gradients through the framework's tape (Horovod sums them there), apply
+    (tf.distribute's optimizer sums them there). Returns the global mean loss.
+    """
+    import tensorflow as tf
+
+    loss_per_example = tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+    )
+    loss_scaling = settings.precision == "fp16"
+    compute_dtype = model.compute_dtype
+
+    def replica_step(images, labels):
+        images = prepare_images(images, settings.image_size, compute_dtype)
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(images, training=True), tf.float32)
+            loss = tf.nn.compute_average_loss(
+                loss_per_example(labels, logits), global_batch_size=settings.global_batch_size
+            )
+            objective = optimizer.get_scaled_loss(loss) if loss_scaling else loss
+        tape = framework.wrap_tape(tape)
+        gradients = tape.gradient(objective, model.trainable_variables)
+        if loss_scaling:
+            gradients = optimizer.get_unscaled_gradients(gradients)
+        # One gradient per variable by construction (zip(strict=) is 3.10+).
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    # The step takes the iterator and draws its batch inside the compiled
+    # function, as Keras's train function does: no Python-side next() and no
+    # argument conversion per step (10% of a small model's step on a CPU).
+    @tf.function
+    def train_step(iterator):
+        return framework.run(replica_step, next(iterator))
+
+    return train_step
+
+
+class TensorFlowBackend(Backend):
+    def prepare(self) -> None:
+        settings = self.settings
+        if settings.xla and settings.device == "cpu":
+            # XLA auto-clustering only touches CPU ops with this flag; it must be
+            # in the environment before TensorFlow reads its flags.
+            os.environ["TF_XLA_FLAGS"] = (
+                os.environ.get("TF_XLA_FLAGS", "") + " --tf_xla_cpu_global_jit"
+            ).strip()
+        import tensorflow as tf
+
+        self.out_of_memory_errors = (tf.errors.ResourceExhaustedError, MemoryError)
+        framework = self.framework = create_framework(settings, self.options)
+        if settings.xla:
+            # Auto-clustering compiles what XLA can and leaves the rest, which
+            # keeps Horovod's collectives (not XLA ops) working.
+            tf.config.optimizer.set_jit("autoclustering")
+        tf.keras.mixed_precision.set_global_policy(_POLICIES[settings.precision])
+        tf.keras.utils.set_random_seed(settings.seed)
+        with framework.scope():
+            self.model = build_model(settings.model, settings.image_size, settings.num_classes)
+            self.optimizer = make_optimizer(settings)
+        self.iterator = framework.make_iterator(make_dataset_fn(settings))
+        self.train_step = build_train_step(framework, self.model, self.optimizer, settings)
+        self.loss_is_global = framework.loss_is_global
+        self.num_processes = framework.num_processes
+        self.process_index = framework.process_index
+        self.replicas_in_process = framework.replicas_in_process
+        self.devices = framework.devices
+
+    def step(self):
+        return self.train_step(self.iterator)
+
+    def after_first_step(self) -> None:
+        self.framework.after_first_step(self.model, self.optimizer)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        return self.framework.gather_rows(row)
+
+    def trainable_weights(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.model.trainable_variables]
+
+    def peak_memory(self) -> dict:
+        if self.settings.device != "gpu":
+            return super().peak_memory()
+        import tensorflow as tf
+
+        peaks = [
+            tf.config.experimental.get_memory_info(d.name)["peak"]
+            for d in tf.config.list_logical_devices("GPU")
+        ]
+        return {"bytes": int(max(peaks)) if peaks else None, "source": "tf gpu allocator peak"}
+
+    def gpu_name(self) -> str:
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+        return details.get("device_name", "unknown GPU")
+
+    def training_flops_per_image(self) -> int:
+        s = self.settings
+        return training_flops_per_image(s.model, s.image_size, s.num_classes)
+
+    def software_versions(self) -> dict:
+        import keras
+        import tensorflow as tf
+
+        build = tf.sysconfig.get_build_info()
+        return {
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "numpy": np.__version__,
+            "cuda": build.get("cuda_version"),
+            "cudnn": build.get("cudnn_version"),
+            **horovod_versions("horovod.tensorflow"),
+        }

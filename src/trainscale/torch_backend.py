@@ -1,0 +1,335 @@
+"""The PyTorch frameworks behind the loop's seam (trainscale.backend).
+
+One training step for all three (TorchBackend.step), as the TensorFlow
+frameworks share theirs; a framework adds only how processes find each
+other, how the model and optimizer are wrapped to reduce gradients, and the
+collective that gathers the measured rates:
+- torch-single: one process, plain autograd;
+- torch-ddp: torch.distributed (gloo on CPU, NCCL on GPU) and
+  DistributedDataParallel, one rank per replica;
+- horovod-torch: horovod.torch.DistributedOptimizer, ranks started like the
+  TensorFlow Horovod ranks.
+
+Loss convention, as in trainscale.frameworks: every replica computes
+sum(per-example loss) / GLOBAL batch, and gradients are SUMMED over replicas,
+giving the gradient of the mean loss over the global batch, exactly what
+torch-single computes on the whole batch. Horovod sums (op=hvd.Sum). DDP
+always AVERAGES (its all-reduce, and its fp16 hook, divide by the world
+size), so a DDP rank back-propagates its share times the world size: the
+same gradient (tests/torch/test_equivalence.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainscale.backend import Backend, DeviceError, horovod_versions, init_horovod
+from trainscale.data import (
+    CIFAR100_MEAN,
+    CIFAR100_STD,
+    load_cifar100,
+    numpy_batches,
+    synthetic_batch,
+)
+from trainscale.flops import TRAINING_OVER_FORWARD
+from trainscale.settings import RunOptions, RunSettings, local_cpu_count
+from trainscale.slurm import rank_env_from_slurm
+from trainscale.torch_models import build_torch_model
+
+_AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class TorchBackend(Backend):
+    """torch-single; the distributed frameworks override the marked hooks."""
+
+    @classmethod
+    def create(cls, settings: RunSettings, options: RunOptions) -> Backend:
+        kinds = {
+            "torch-single": cls,
+            "torch-ddp": DistributedDataParallel,
+            "horovod-torch": Horovod,
+        }
+        return kinds[settings.framework](settings, options)
+
+    # ---- hooks of the distributed frameworks --------------------------------
+
+    def connect(self) -> int:
+        """Join the other processes; return how many share this node."""
+        return 1
+
+    def device_index(self, visible: int) -> int:
+        return 0
+
+    def wrap(self, model, optimizer):
+        """The model and optimizer as this framework reduces their gradients."""
+        return model, optimizer
+
+    # Each rank's loss is multiplied by this before backward (DDP averages).
+    gradient_scale = 1.0
+
+    # ---- the shared step ----------------------------------------------------
+
+    def prepare(self) -> None:
+        s = self.settings
+        self.out_of_memory_errors = (torch.cuda.OutOfMemoryError, MemoryError)
+        processes_on_node = self.connect()
+        if s.device == "cpu":
+            # Each process gets its share of the cores, as for TensorFlow.
+            torch.set_num_threads(max(1, local_cpu_count() // processes_on_node))
+            self.device = torch.device("cpu")
+            self.devices = ["cpu"]
+        else:
+            visible = torch.cuda.device_count()
+            index = self.device_index(visible)
+            if index >= visible:
+                raise DeviceError(
+                    f"{s.framework} process {self.process_index} needs GPU {index} but sees "
+                    f"{visible} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
+                )
+            torch.cuda.set_device(index)
+            self.device = torch.device("cuda", index)
+            self.devices = [f"cuda:{index} ({torch.cuda.get_device_name(index)})"]
+        if self.num_processes != s.replicas:
+            raise DeviceError(
+                f"{s.framework} was launched with {self.num_processes} ranks but the run asks "
+                f"for {s.replicas} ({s.nodes} nodes x {s.gpus_per_node} per node)"
+            )
+        torch.manual_seed(s.seed)  # the same initial weights in every process
+        self.module = build_torch_model(s.model, s.image_size, s.num_classes).to(self.device)
+        self.memory_format = torch.channels_last if s.channels_last else torch.contiguous_format
+        self.module = self.module.to(memory_format=self.memory_format)
+        model, self.optimizer = self.wrap(self.module, self._optimizer(self.module))
+        self.model = torch.compile(model) if s.compile else model
+        self.autocast = _AUTOCAST.get(s.precision)
+        # float16 gradients underflow without loss scaling; bfloat16 needs none.
+        self.scaler = torch.amp.GradScaler(self.device.type) if s.precision == "fp16" else None
+        self.batches = self._batches()
+
+    def _optimizer(self, module):
+        s = self.settings
+        if s.optimizer == "adam":
+            # Keras's Adam defaults: epsilon 1e-7 (torch's is 1e-8).
+            return torch.optim.Adam(module.parameters(), lr=s.learning_rate, eps=1e-7)
+        return torch.optim.SGD(module.parameters(), lr=s.learning_rate)
+
+    def _batches(self):
+        s = self.settings
+        if s.dataset == "synthetic":
+            images, labels = synthetic_batch(
+                shard_index=self.process_index,
+                batch_size=s.batch_size,
+                image_size=s.image_size,
+                num_classes=s.num_classes,
+                seed=s.seed,
+            )
+            batch = (torch.from_numpy(images), torch.from_numpy(labels).long())
+            while True:
+                yield batch
+        images, labels = load_cifar100(s.data_dir)
+        for image_batch, label_batch in numpy_batches(
+            images,
+            labels,
+            shard_index=self.process_index,
+            num_shards=self.num_processes,
+            batch_size=s.batch_size,
+            seed=s.seed,
+            augment=s.augment,
+        ):
+            yield torch.from_numpy(image_batch), torch.from_numpy(label_batch)
+
+    def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
+        """As data.prepare_images: uint8 -> normalised float, NHWC -> NCHW, resized."""
+        if images.dtype == torch.uint8:
+            mean = torch.tensor(CIFAR100_MEAN, device=images.device)
+            std = torch.tensor(CIFAR100_STD, device=images.device)
+            images = (images.float() / 255.0 - mean) / std
+        images = images.permute(0, 3, 1, 2)
+        size = self.settings.image_size
+        if images.shape[-1] != size or images.shape[-2] != size:
+            # TensorFlow's bilinear resize samples at half-pixel centres, as
+            # align_corners=False does.
+            images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+        return images.contiguous(memory_format=self.memory_format)
+
+    def step(self):
+        images, labels = next(self.batches)
+        images = self.prepare_images(images.to(self.device, non_blocking=True))
+        labels = labels.to(self.device, non_blocking=True)
+        with torch.autocast(self.device.type, self.autocast, enabled=self.autocast is not None):
+            logits = self.model(images)
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum")
+        loss = loss / self.settings.global_batch_size
+        self.optimizer.zero_grad()  # torch >= 2.0: set_to_none; Horovod takes no argument
+        objective = loss * self.gradient_scale
+        if self.scaler is None:
+            objective.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(objective).backward()
+            self.scaled_step()
+        return loss.detach()
+
+    def scaled_step(self) -> None:
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def read_loss(self, loss) -> float:
+        return float(loss.item())  # waits for the device: the block's sync
+
+    # ---- what the record needs ----------------------------------------------
+
+    def trainable_weights(self) -> list[np.ndarray]:
+        # A copy: on the CPU, .numpy() would share the parameter's memory and
+        # the "initial" weights would move with training.
+        return [
+            p.detach().cpu().numpy().copy() for p in self.module.parameters() if p.requires_grad
+        ]
+
+    def peak_memory(self) -> dict:
+        if self.settings.device != "gpu":
+            return super().peak_memory()
+        peak = torch.cuda.max_memory_allocated(self.device)
+        return {"bytes": int(peak), "source": "torch cuda allocator peak"}
+
+    def gpu_name(self) -> str:
+        return torch.cuda.get_device_name(self.device)
+
+    def training_flops_per_image(self) -> int:
+        s = self.settings
+        return TRAINING_OVER_FORWARD * torch_forward_flops_per_image(
+            s.model, s.image_size, s.num_classes
+        )
+
+    def software_versions(self) -> dict:
+        return {
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+            **horovod_versions("horovod.torch"),
+        }
+
+
+def torch_forward_flops_per_image(model_name: str, image_size: int, num_classes: int) -> int:
+    """FLOPs of one forward pass of one image, as torch's FlopCounterMode counts them:
+    convolutions and matrix products (2 per multiply-add), on shapes only (meta device)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = build_torch_model(model_name, image_size, num_classes).eval()
+        images = torch.empty(1, 3, image_size, image_size)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(images)
+    return int(counter.get_total_flops())
+
+
+# --------------------------------------------------------------------------
+# torch-ddp
+# --------------------------------------------------------------------------
+
+
+class DistributedDataParallel(TorchBackend):
+    loss_is_global = False
+
+    def connect(self) -> int:
+        import torch.distributed as dist
+
+        if os.environ.get("TRAINSCALE_TORCH_FROM_SLURM"):
+            os.environ.update(rank_env_from_slurm())
+        missing = [
+            v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ
+        ]
+        if missing:
+            raise DeviceError(
+                f"torch-ddp needs {', '.join(missing)} (set by `trainscale run`, or under srun)"
+            )
+        timeout = self.options.collective_timeout
+        dist.init_process_group(
+            backend="nccl" if self.settings.device == "gpu" else "gloo",
+            timeout=datetime.timedelta(seconds=timeout) if timeout else None,
+        )
+        self.num_processes, self.process_index = dist.get_world_size(), dist.get_rank()
+        # DDP averages over ranks; see the module's docstring.
+        self.gradient_scale = float(self.num_processes)
+        return int(os.environ.get("LOCAL_WORLD_SIZE", self.num_processes))
+
+    def device_index(self, visible: int) -> int:
+        # With every GPU of the node visible, rank i takes GPU i; a launcher
+        # that binds one GPU per task leaves exactly one visible.
+        return int(os.environ.get("LOCAL_RANK", 0)) if visible > 1 else 0
+
+    def wrap(self, model, optimizer):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        on_gpu = self.device.type == "cuda"
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[self.device.index] if on_gpu else None,
+            bucket_cap_mb=self.settings.ddp_bucket_cap_mb,
+        )
+        if self.settings.ddp_compression == "fp16":
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return ddp, optimizer
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        import torch.distributed as dist
+
+        # NCCL gathers only device tensors; gloo only host ones.
+        mine = torch.tensor(np.asarray(row, dtype=np.float64), device=self.device)
+        rows = [torch.empty_like(mine) for _ in range(self.num_processes)]
+        dist.all_gather(rows, mine)
+        return torch.stack(rows).cpu().numpy()
+
+
+# --------------------------------------------------------------------------
+# horovod-torch
+# --------------------------------------------------------------------------
+
+
+class Horovod(TorchBackend):
+    loss_is_global = False
+
+    def connect(self) -> int:
+        import horovod.torch as hvd
+
+        self.hvd = hvd
+        init_horovod(hvd, self.settings)
+        self.num_processes, self.process_index = hvd.size(), hvd.rank()
+        return hvd.local_size()
+
+    def device_index(self, visible: int) -> int:
+        return self.hvd.local_rank() if visible > 1 else 0
+
+    def wrap(self, model, optimizer):
+        hvd = self.hvd
+        # Horovod's pattern: every rank starts from rank 0's exact state.
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
+        # Sum, not Average: each rank's loss is already divided by the global batch.
+        optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=model.named_parameters(),
+            compression=compression[self.settings.horovod_compression],
+            op=hvd.Sum,
+        )
+        return model, optimizer
+
+    def scaled_step(self) -> None:
+        # Horovod's recipe for loss scaling: reduce the scaled gradients,
+        # unscale them, then step without reducing again.
+        self.optimizer.synchronize()
+        self.scaler.unscale_(self.optimizer)
+        with self.optimizer.skip_synchronize():
+            self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        mine = torch.tensor(np.asarray(row, dtype=np.float64)[None, :])
+        return self.hvd.allgather(mine).numpy()

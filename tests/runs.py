@@ -1,0 +1,92 @@
+"""Running the real `trainscale` command from tests, in whichever environment
+runs them (.venv-train for tests/harness, .venv-torch for tests/torch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+# The interpreter running the tests is the training environment's (make test
+# uses .venv-train/bin/python), so `-m trainscale` is the installed harness.
+TRAINSCALE = [sys.executable, "-m", "trainscale"]
+
+# Tiny but real: every run below trains for real on the CPU.
+TINY = [
+    "--device",
+    "cpu",
+    "--image-size",
+    "32",
+    "--warmup-steps",
+    "1",
+    "--iterations",
+    "2",
+    "--steps-per-iteration",
+    "2",
+]
+
+
+def trainscale(*args: str, timeout: float = 300, check: bool = False, env=None):
+    """Run the CLI; return the CompletedProcess (stdout and stderr as text)."""
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    result = subprocess.run(
+        [*TRAINSCALE, *args], capture_output=True, text=True, timeout=timeout, env=full_env
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"trainscale {' '.join(args)} exited {result.returncode}\n"
+            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+        )
+    return result
+
+
+def load_json(path) -> dict:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def make_cifar_dir(root) -> str:
+    """A small data set in the real cifar-100-python format (the folder form)."""
+    from trainscale.data import generate_cifar100
+
+    generate_cifar100(str(root), num_images=256, seed=7)
+    return str(root)
+
+
+def largest_difference(weights, others) -> float:
+    """max |a - b| over two lists of weight arrays of the same shapes."""
+    import numpy as np
+
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(weights, others, strict=True))
+
+
+def assert_options_recorded(settings: dict, options: list[str]) -> None:
+    """Each `--flag value` pair of `options` is in a record's settings."""
+    for flag, value in zip(options[::2], options[1::2], strict=True):
+        key = flag[2:].replace("-", "_")
+        assert str(settings[key]) == value or float(settings[key]) == float(value), key
+
+
+def assert_trains_like_one_device(reference, run, atol: float, label: str) -> None:
+    """`run`'s (initial, final) weights start as `reference`'s exactly and end within atol."""
+    import numpy as np
+
+    (single_initial, single_final), (initial, final) = reference, run
+    for a, b in zip(single_initial, initial, strict=True):
+        np.testing.assert_array_equal(a, b)  # same start, or the test proves nothing
+    moved = largest_difference(single_final, single_initial)
+    assert moved > 100 * atol, f"training barely moved the weights ({moved}); test too weak"
+    difference = largest_difference(single_final, final)
+    print(f"{label}: max |w - w_single| = {difference:.3e} (weights moved {moved:.3e})")
+    assert difference <= atol
+
+
+def assert_knob_effect(single_final, final, atol: float, changes_numbers: bool, label: str):
+    """A knob that changes the arithmetic moves the weights a little; others not at all."""
+    largest = largest_difference(single_final, final)
+    print(f"{label}: max |dw| {largest:.2e}")
+    if changes_numbers:
+        assert atol < largest < 1e-3
+    else:
+        assert largest < atol

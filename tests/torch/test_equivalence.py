@@ -1,0 +1,77 @@
+"""torch-ddp and horovod-torch on 2 CPU replicas equal torch-single on the full batch.
+
+As tests/harness/test_equivalence.py for TensorFlow: the same seed, initial
+weights and GLOBAL batch; VGG-16 (no dropout, no batch norm) at 32x32; plain
+SGD, whose update is linear in the gradient; 2 steps (one warm-up, one
+timed). Only float32 summation order may differ.
+"""
+
+import numpy as np
+import pytest
+from runs import (
+    assert_knob_effect,
+    assert_options_recorded,
+    assert_trains_like_one_device,
+    load_json,
+    trainscale,
+)
+
+# Measured on this code (AMD EPYC, 2 cores): see the test's printed line.
+ATOL = 2e-6
+GLOBAL_BATCH = 8
+
+
+def _train(tmp_path, cifar_dir, framework, replicas, *options):
+    weights = tmp_path / f"{framework}.npz"
+    output = tmp_path / f"{framework}.json"
+    trainscale(
+        "run",
+        *("--framework", framework, "--gpus-per-node", str(replicas)),
+        *("--model", "vgg16", "--image-size", "32", "--device", "cpu"),
+        *("--global-batch-size", str(GLOBAL_BATCH), "--data-dir", cifar_dir),
+        *("--optimizer", "sgd", "--learning-rate", "0.05"),
+        *("--warmup-steps", "1", "--iterations", "1", "--steps-per-iteration", "1"),
+        *("--output", str(output), "--save-weights", str(weights)),
+        *options,
+        check=True,
+        timeout=600,
+    )
+    assert load_json(output)["batch_size"] == GLOBAL_BATCH // replicas
+    with np.load(weights) as arrays:
+        count = len([k for k in arrays if k.startswith("final_")])
+        return [arrays[f"initial_{i}"] for i in range(count)], [
+            arrays[f"final_{i}"] for i in range(count)
+        ]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cifar_dir):
+    return _train(tmp_path_factory.mktemp("single"), cifar_dir, "torch-single", 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
+def test_two_replicas_match_one_device_on_the_full_batch(tmp_path, cifar_dir, reference, framework):
+    run = _train(tmp_path, cifar_dir, framework, 2)
+    assert_trains_like_one_device(reference, run, ATOL, framework)
+
+
+# Knobs that must not change the arithmetic (bucket size, fusion), and the
+# fp16 compressions, which round every gradient to half precision on the wire.
+KNOBS = [
+    ("torch-ddp", ["--ddp-bucket-cap-mb", "1"], False),
+    ("horovod-torch", ["--horovod-fusion-threshold-mb", "0"], False),
+    ("torch-ddp", ["--ddp-compression", "fp16"], True),
+    ("horovod-torch", ["--horovod-compression", "fp16"], True),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("framework", "options", "changes_numbers"), KNOBS)
+def test_communication_knobs_change_the_numbers_only_where_they_should(
+    tmp_path, cifar_dir, reference, framework, options, changes_numbers
+):
+    _, final = _train(tmp_path, cifar_dir, framework, 2, *options)
+    label = f"{framework} {' '.join(options)}"
+    assert_knob_effect(reference[1], final, ATOL, changes_numbers, label)
+    assert_options_recorded(load_json(tmp_path / f"{framework}.json")["settings"], options)

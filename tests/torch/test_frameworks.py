@@ -1,0 +1,61 @@
+"""Every torch framework through `trainscale run`, for real, on 2 CPU replicas."""
+
+import pytest
+from runs import TINY, load_json, trainscale
+
+from trainscale.registry import REGISTRY
+
+TORCH_FRAMEWORKS = [spec.name for spec in REGISTRY if spec.ecosystem == "torch"]
+
+
+def _run(tmp_path, cifar_dir, framework, replicas, *options):
+    output = tmp_path / f"{framework}.json"
+    result = trainscale(
+        "run",
+        *("--framework", framework, "--gpus-per-node", str(replicas), "--model", "small_cnn"),
+        *("--data-dir", cifar_dir, "--batch-size", "16", "--output", str(output)),
+        *TINY,
+        *options,
+        check=True,
+    )
+    return load_json(output), result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", TORCH_FRAMEWORKS)
+def test_each_torch_framework_runs_and_records_every_process(tmp_path, cifar_dir, framework):
+    replicas = 1 if framework == "torch-single" else 2
+    record, result = _run(tmp_path, cifar_dir, framework, replicas)
+    assert record["status"] == "ok" and record["source"] == "measured"
+    assert record["replicas"] == record["processes"] == replicas
+    assert len(record["provenance"]["processes"]) == replicas
+    assert sorted(p["process"] for p in record["provenance"]["processes"]) == list(range(replicas))
+    assert record["provenance"]["torch"].startswith("2.13.0")
+    assert "tensorflow" not in record["provenance"]
+    # The total is the sum of every process's rate, each timed on its own blocks.
+    rate = record["images_per_sec"]["mean"]
+    assert rate == pytest.approx(record["per_replica_images_per_sec"]["mean"] * replicas)
+    assert record["training_flops_per_image"] > 0 and record["final_loss"] > 0
+    assert "images/sec total" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_torch_knobs_run_and_are_recorded(tmp_path, cifar_dir):
+    record, _ = _run(
+        tmp_path,
+        cifar_dir,
+        "torch-single",
+        1,
+        *("--compile", "--channels-last", "--precision", "bf16"),
+    )
+    settings = record["settings"]
+    assert settings["compile"] is True and settings["channels_last"] is True
+    assert settings["precision"] == "bf16" and record["status"] == "ok"
+
+
+def test_a_torch_framework_refuses_what_it_cannot_run(tmp_path, cifar_dir):
+    result = trainscale(
+        "run", "--framework", "torch-single", "--gpus-per-node", "2", "--data-dir", cifar_dir
+    )
+    assert result.returncode == 2
+    assert "--framework torch-single runs on one device" in result.stderr

@@ -1,0 +1,81 @@
+"""The same model name is the same network in both ecosystems.
+
+Parameter counts (trainable, and with batch-norm statistics) must be equal
+to Keras's at 32x32 and 224x224. FLOPs per image are counted differently:
+TensorFlow's profiler counts every op of the graph (bias adds, activations,
+pooling too), torch's FlopCounterMode only convolutions and matrix products,
+so torch's count is a little lower; measured here, 0.9912 (small_cnn) to
+0.9995 (vgg19) of Keras's. A different network (torchvision's VGG-16 at 32x32
+has 49x the first dense layer; its ResNet-50 strides elsewhere) would miss by
+far more.
+"""
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from trainscale.settings import MODELS, TORCH_MODELS, RunSettings, SettingsError, validate
+from trainscale.torch_backend import torch_forward_flops_per_image
+from trainscale.torch_models import build_torch_model
+
+SIZES = (32, 224)
+
+_KERAS_COUNTS = """
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+from trainscale.flops import forward_flops_per_image
+from trainscale.models import build_model
+
+counts = {}
+for name in sys.argv[1].split(","):
+    for size in (32, 224):
+        model = build_model(name, size, 100)
+        counts[f"{name}@{size}"] = {
+            "trainable": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
+            "all": int(sum(np.prod(v.shape) for v in model.variables)),
+            "forward_flops": forward_flops_per_image(name, size, 100),
+        }
+print(json.dumps(counts))
+"""
+
+
+@pytest.fixture(scope="module")
+def keras_counts(tensorflow_python):
+    result = subprocess.run(
+        [tensorflow_python, "-c", _KERAS_COUNTS, ",".join(TORCH_MODELS)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("name", TORCH_MODELS)
+def test_each_model_has_keras_parameters_and_flops(keras_counts, name, size):
+    keras = keras_counts[f"{name}@{size}"]
+    model = build_torch_model(name, size, 100)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    statistics = sum(b.numel() for n, b in model.named_buffers() if "num_batches" not in n)
+    assert trainable == keras["trainable"]
+    assert trainable + statistics == keras["all"]
+    ratio = torch_forward_flops_per_image(name, size, 100) / keras["forward_flops"]
+    print(f"{name}@{size}: {trainable} parameters, FLOPs torch/Keras {ratio:.4f}")
+    assert 0.985 <= ratio <= 1.0
+
+
+def test_the_models_return_logits_of_the_right_shape():
+    for name in TORCH_MODELS:
+        assert build_torch_model(name, 32, 100)(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
+
+
+@pytest.mark.parametrize("name", sorted(set(MODELS) - set(TORCH_MODELS)))
+def test_a_model_without_a_torch_twin_is_refused_for_torch(name):
+    settings = RunSettings(framework="torch-ddp", model=name, image_size=299, dataset="synthetic")
+    with pytest.raises(SettingsError, match=f"--model {name} is not defined for torch"):
+        validate(settings)
+    validate(RunSettings(framework="horovod", model=name, image_size=299, dataset="synthetic"))

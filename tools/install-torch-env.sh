@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the PyTorch training environment (.venv-torch): torch (CPU wheel by
+# default), Horovod 0.28.1 compiled against it with its torch extension, and
+# the trainscale harness. The torch frameworks (trainscale.registry) run from it.
+#
+# Kept apart from .venv-train because torch and TensorFlow 2.15 pin different
+# things, and a Horovod build holds one framework's ABI.
+#
+# torch is pinned exactly: an unpinned `torch` pulls gigabytes of CUDA wheels.
+# GPU clusters: TORCH_REQUIREMENT='torch==2.13.0' TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+# (the CUDA build of the same version; pick the index of the cluster's CUDA).
+#
+# Idempotent, like install-train-env.sh: each step is skipped when done.
+set -euo pipefail
+
+venv=${1:-.venv-torch}
+python=${PYTHON:-python3.11}
+torch_requirement=${TORCH_REQUIREMENT:-torch==2.13.0}
+numpy_requirement=${NUMPY_REQUIREMENT:-numpy<2}
+horovod_version=0.28.1
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "torch env: creating $venv with $python"
+  "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install --upgrade pip "setuptools<70" wheel
+
+torch_version=${torch_requirement#*==}
+if ! "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$torch_version'))" 2>/dev/null; then
+  echo "torch env: installing $torch_requirement"
+  index=()
+  [ -n "${TORCH_INDEX_URL:-}" ] && index=(--index-url "$TORCH_INDEX_URL" --extra-index-url https://pypi.org/simple)
+  "${pip[@]}" install "${index[@]}" "$torch_requirement" "$numpy_requirement"
+fi
+
+if ! "$venv/bin/python" -c "
+import sys, horovod, horovod.torch as hvd
+sys.exit(not (horovod.__version__ == '$horovod_version' and hvd.mpi_built() and hvd.gloo_built()))
+" 2>/dev/null; then
+  echo "torch env: building horovod==$horovod_version with its torch extension (a few minutes)"
+  PIP="${pip[*]}" bash tools/build-horovod-torch.sh "$horovod_version"
+fi
+
+# The harness itself, editable, and its test tools (as in .venv-train).
+"${pip[@]}" install --no-deps -e .
+"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3"
+"$venv/bin/python" -c "import torch, horovod.torch; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__)"
