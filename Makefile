@@ -76,7 +76,7 @@ demo-harness: train-env
 # Ratios measured side by side in one run (bench/run.py); prints, never fails on a goal.
 # On a GPU node: make bench BENCH_DEVICE=gpu (adds the device matrix).
 BENCH_DEVICE ?= cpu
-bench: train-env analysis-env
+bench: train-env torch-env analysis-env
 	$(VENV)/bin/python bench/run.py --device $(BENCH_DEVICE)
 
 # Three environments, three pytest runs: the harness under TensorFlow, then

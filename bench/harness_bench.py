@@ -15,8 +15,6 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,38 +22,19 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
+from common import (  # noqa: E402
+    interleaved_blocks,
+    median,
+    one_replica_each,
+    ratio_interval,
+    timed_block,
+)
 
 from trainscale.data import cifar100_dataset, generate_cifar100, load_cifar100  # noqa: E402
 from trainscale.frameworks import create_framework  # noqa: E402
 from trainscale.models import build_model  # noqa: E402
 from trainscale.settings import RunOptions, RunSettings  # noqa: E402
 from trainscale.tf_backend import build_train_step, make_dataset_fn, make_optimizer  # noqa: E402
-
-
-def interleaved_blocks(blocks: dict, rounds: int) -> dict[str, list[float]]:
-    """Call each block function once per round, A, B, A, B, ...: each returns the
-    images/sec of one timed block. Interleaving blocks, not whole runs, makes a
-    ratio immune to the machine's drift (a 2-core VM's neighbours come and go)."""
-    for block in blocks.values():  # trace and warm up, untimed
-        block()
-    rates: dict[str, list[float]] = {name: [] for name in blocks}
-    for _ in range(rounds):
-        for name, block in blocks.items():
-            rates[name].append(block())
-    for name, values in rates.items():
-        print(f"bench: {name}: median {median(values):.1f} img/s", file=sys.stderr, flush=True)
-    return rates
-
-
-def _timed_block(step, steps: int, images: int):
-    def block() -> float:
-        start = time.perf_counter()
-        for _ in range(steps):
-            loss = step()
-        float(loss)  # the device sync that ends a block, as in the harness
-        return images / (time.perf_counter() - start)
-
-    return block
 
 
 def harness_step(settings: RunSettings, dataset_fn=None):
@@ -100,51 +79,6 @@ def pipeline_rate(data_dir: str, batch_size: int, batches: int = 300) -> float:
     return batches * batch_size / (time.perf_counter() - start)
 
 
-def run_framework(settings: RunSettings, framework: str, output: str) -> dict:
-    """One `trainscale run` of `framework` with one replica, timed from outside."""
-    one = dataclasses.replace(settings, framework=framework, gpus_per_node=1, nodes=1)
-    command = [sys.executable, "-m", "trainscale", "run", *one.to_cli_args(), "--output", output]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    with open(output) as handle:
-        record = json.load(handle)
-    return {
-        "images_per_sec": record["images_per_sec"]["mean"],
-        "block_rates": record["images_per_sec"]["samples"],
-        "wall_seconds": wall,
-        # The issue's fixed cost: from the training process's start (interpreter,
-        # imports, framework set-up and rendezvous, model build, tracing,
-        # warm-up) to its first timed step, as the record measures it.
-        "fixed_seconds": record["seconds_to_first_timed_step"],
-        # What the launcher adds around it (mpirun, local workers, the record).
-        "wall_outside_timed_seconds": wall - record["timed_seconds"],
-        "startup_seconds": record["startup_seconds"],
-    }
-
-
-def median(values: list[float]) -> float:
-    return float(statistics.median(values))
-
-
-def ratio_interval(numerator: list[float], denominator: list[float]) -> list[float]:
-    """95% bootstrap interval of median(numerator) / median(denominator).
-
-    The blocks of a 2-core VM scatter by +-15% (its neighbours come and go):
-    a ratio of medians is only as sure as this interval says. Seeded, so a
-    rerun on the same numbers gives the same interval.
-    """
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    top, bottom = np.asarray(numerator), np.asarray(denominator)
-    ratios = [
-        np.median(rng.choice(top, len(top))) / np.median(rng.choice(bottom, len(bottom)))
-        for _ in range(2000)
-    ]
-    return [float(v) for v in np.percentile(ratios, [2.5, 97.5])]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
@@ -167,8 +101,8 @@ def main() -> None:
         )  # fmt: skip
         rates = interleaved_blocks(
             {
-                "harness": _timed_block(harness_step(settings), steps, images),
-                "keras": _timed_block(keras_step(settings), steps, images),
+                "harness": timed_block(harness_step(settings), steps, images),
+                "keras": timed_block(keras_step(settings), steps, images),
             },
             rounds,
         )
@@ -199,8 +133,8 @@ def main() -> None:
     synthetic_batches = framework.make_iterator(make_dataset_fn(synthetic))
     rates = interleaved_blocks(
         {
-            "cifar100": _timed_block(lambda: step(cifar_batches), steps, images),
-            "synthetic": _timed_block(lambda: step(synthetic_batches), steps, images),
+            "cifar100": timed_block(lambda: step(cifar_batches), steps, images),
+            "synthetic": timed_block(lambda: step(synthetic_batches), steps, images),
         },
         rounds,
     )
@@ -219,35 +153,11 @@ def main() -> None:
 
     # 2 and 4. One replica through each framework's real launch path
     # (mpirun for Horovod, TF_CONFIG for MultiWorker), alternating.
-    frameworks = ("tf-single", "horovod", "tf-mirrored", "tf-multiworker")
-    runs = {name: [] for name in frameworks}
-    for _ in range(2):
-        for name in frameworks:
-            longer = dataclasses.replace(synthetic, iterations=8)
-            runs[name].append(run_framework(longer, name, os.path.join(work, f"{name}.json")))
-            print(f"bench: {name} 1 replica: {runs[name][-1]}", file=sys.stderr, flush=True)
-
-    # Medians over every block of both rounds.
-    def blocks(name):
-        return [x for run in runs[name] for x in run["block_rates"]]
-
-    def rate(name):
-        return median(blocks(name))
-
-    results["one_replica"] = {
-        name: {
-            "images_per_sec": rate(name),
-            "ratio_to_tf_single": rate(name) / rate("tf-single"),
-            "ratio_interval_95": ratio_interval(blocks(name), blocks("tf-single")),
-            "fixed_seconds": median([r["fixed_seconds"] for r in runs[name]]),
-            "wall_outside_timed_seconds": median(
-                [r["wall_outside_timed_seconds"] for r in runs[name]]
-            ),
-            "startup_seconds_in_process": median([r["startup_seconds"] for r in runs[name]]),
-            "samples": runs[name],
-        }
-        for name in frameworks
-    }
+    results["one_replica"] = one_replica_each(
+        dataclasses.replace(synthetic, iterations=8),
+        ("tf-single", "horovod", "tf-mirrored", "tf-multiworker"),
+        work,
+    )
     results["settings"] = {
         "model": "vgg16/small_cnn",
         "batch_size": 32,

@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/run.py [--repeats N] [--device cpu|gpu] [--output bench/results.json]
 
-Runs bench/harness_bench.py under the training environment and
-bench/workflow_bench.py under this (analysis) one, prints a table of ratios
+Runs bench/harness_bench.py under the TensorFlow training environment,
+bench/torch_bench.py under the torch one and bench/workflow_bench.py under
+this (analysis) one, prints a table of ratios
 against their goals, and writes every figure with the machine it was measured
 on to bench/results.json. It never fails on a missed goal: it reports it.
 """
@@ -87,6 +88,28 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
                 + interval(entry),
             )
         )
+    torch = results["torch"]
+    for model, entry in torch["harness_vs_plain_loop"].items():
+        out.append(
+            (
+                f"torch harness / hand-written loop, {model}",
+                entry["ratio"],
+                ">= 0.97",
+                vs(entry["harness_images_per_sec"], entry["plain_loop_images_per_sec"])
+                + interval(entry),
+            )
+        )
+    torch_one = torch["one_replica"]
+    for name in ("torch-ddp", "horovod-torch"):
+        out.append(
+            (
+                f"{name} (1 replica) / torch-single",
+                torch_one[name]["ratio_to_torch_single"],
+                ">= 0.97",
+                vs(torch_one[name]["images_per_sec"], torch_one["torch-single"]["images_per_sec"])
+                + interval(torch_one[name]),
+            )
+        )
     for name in ("horovod", "tf-mirrored", "tf-multiworker"):
         out.append(
             (
@@ -114,7 +137,7 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
             + interval(data, "cifar100_over_synthetic_interval_95"),
         )
     )
-    for name, entry in one.items():
+    for name, entry in {**one, **torch_one}.items():
         out.append(
             (
                 f"process start to first timed step, {name} (s)",
@@ -195,6 +218,9 @@ def main() -> None:
     parser.add_argument(
         "--train-python", default=os.path.join(REPO, ".venv-train", "bin", "python")
     )
+    parser.add_argument(
+        "--torch-python", default=os.path.join(REPO, ".venv-torch", "bin", "python")
+    )
     parser.add_argument("--output", default=os.path.join(HERE, "results.json"))
     args = parser.parse_args()
 
@@ -206,6 +232,16 @@ def main() -> None:
             [
                 args.train_python,
                 os.path.join(HERE, "harness_bench.py"),
+                "--repeats",
+                str(args.repeats),
+                "--device",
+                args.device,
+            ]
+        ),
+        "torch": run_json(
+            [
+                args.torch_python,
+                os.path.join(HERE, "torch_bench.py"),
                 "--repeats",
                 str(args.repeats),
                 "--device",
@@ -229,7 +265,10 @@ def main() -> None:
     atomic_write_json(args.output, results)
     m = results["machine"]
     print(f"\ntrainscale bench on {m['host']}: {m['cores']} cores, {m['cpu_model']}, ")
-    print(f"TensorFlow {m['tensorflow']}, Horovod {m['horovod']}, GPUs {m['gpus'] or 'none'}\n")
+    print(
+        f"TensorFlow {m['tensorflow']}, torch {results['torch']['torch']}, "
+        f"Horovod {m['horovod']}, GPUs {m['gpus'] or 'none'}\n"
+    )
     print(results["table"])
     print(f"\n{results['wall_seconds']:.0f} s; written to {args.output}")
 

@@ -118,6 +118,7 @@ class TorchBackend(Backend):
         return torch.optim.SGD(module.parameters(), lr=s.learning_rate)
 
     def _batches(self):
+        """Model-ready (images, labels) on the device, one pair per step, for ever."""
         s = self.settings
         if s.dataset == "synthetic":
             images, labels = synthetic_batch(
@@ -127,9 +128,14 @@ class TorchBackend(Backend):
                 num_classes=s.num_classes,
                 seed=s.seed,
             )
-            batch = (torch.from_numpy(images), torch.from_numpy(labels).long())
+            # Laid out for the model once, on the host; copied to the device
+            # every step, as TensorFlow's iterator copies its synthetic batch.
+            images = self.prepare_images(torch.from_numpy(images))
+            labels = torch.from_numpy(labels).long()
+            if self.device.type == "cuda":  # page-locked: the copy can be asynchronous
+                images, labels = images.pin_memory(), labels.pin_memory()
             while True:
-                yield batch
+                yield images.to(self.device, non_blocking=True), labels.to(self.device)
         images, labels = load_cifar100(s.data_dir)
         for image_batch, label_batch in numpy_batches(
             images,
@@ -140,7 +146,10 @@ class TorchBackend(Backend):
             seed=s.seed,
             augment=s.augment,
         ):
-            yield torch.from_numpy(image_batch), torch.from_numpy(label_batch)
+            # uint8 at 32x32 crosses to the device; normalising and resizing
+            # happen there, as in TensorFlow's step.
+            on_device = torch.from_numpy(image_batch).to(self.device, non_blocking=True)
+            yield self.prepare_images(on_device), torch.from_numpy(label_batch).to(self.device)
 
     def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
         """As data.prepare_images: uint8 -> normalised float, NHWC -> NCHW, resized."""
@@ -158,14 +167,14 @@ class TorchBackend(Backend):
 
     def step(self):
         images, labels = next(self.batches)
-        images = self.prepare_images(images.to(self.device, non_blocking=True))
-        labels = labels.to(self.device, non_blocking=True)
-        with torch.autocast(self.device.type, self.autocast, enabled=self.autocast is not None):
+        if self.autocast is None:
             logits = self.model(images)
-        loss = F.cross_entropy(logits.float(), labels, reduction="sum")
-        loss = loss / self.settings.global_batch_size
+        else:
+            with torch.autocast(self.device.type, self.autocast):
+                logits = self.model(images).float()
+        loss = F.cross_entropy(logits, labels, reduction="sum") / self.settings.global_batch_size
         self.optimizer.zero_grad()  # torch >= 2.0: set_to_none; Horovod takes no argument
-        objective = loss * self.gradient_scale
+        objective = loss if self.gradient_scale == 1 else loss * self.gradient_scale
         if self.scaler is None:
             objective.backward()
             self.optimizer.step()

@@ -1,9 +1,13 @@
 """Every torch framework through `trainscale run`, for real, on 2 CPU replicas."""
 
+import resource
+import subprocess
+
 import pytest
-from runs import TINY, load_json, trainscale
+from runs import TINY, TRAINSCALE, load_json, trainscale
 
 from trainscale.registry import REGISTRY
+from trainscale.supervision import OOM_SIGNS
 
 TORCH_FRAMEWORKS = [spec.name for spec in REGISTRY if spec.ecosystem == "torch"]
 
@@ -59,3 +63,62 @@ def test_a_torch_framework_refuses_what_it_cannot_run(tmp_path, cifar_dir):
     )
     assert result.returncode == 2
     assert "--framework torch-single runs on one device" in result.stderr
+
+
+def _run_capped(args, address_space_mb):
+    """`trainscale run` under a memory cap on its own processes (RLIMIT_AS), never the machine."""
+    limit = address_space_mb * 2**20
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    command = [*TRAINSCALE, "run", *args]
+    return subprocess.run(command, preexec_fn=cap, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("framework", "replicas", "cap_mb"), [("torch-single", 1, 4000), ("torch-ddp", 2, 3000)]
+)
+def test_out_of_memory_is_a_recorded_outcome(tmp_path, framework, replicas, cap_mb):
+    # torch's CPU allocator raises a RuntimeError ("DefaultCPUAllocator: can't
+    # allocate memory"); the launcher reads it from the output, as for TensorFlow.
+    output = tmp_path / "r.json"
+    big = [
+        "--model",
+        "vgg16",
+        "--image-size",
+        "224",
+        "--batch-size",
+        "64",
+        "--dataset",
+        "synthetic",
+    ]
+    one_step = [
+        "--device",
+        "cpu",
+        "--warmup-steps",
+        "1",
+        "--iterations",
+        "1",
+        "--steps-per-iteration",
+        "1",
+    ]
+    result = _run_capped(
+        [
+            "--framework",
+            framework,
+            "--gpus-per-node",
+            str(replicas),
+            *big,
+            *one_step,
+            "--output",
+            str(output),
+        ],
+        cap_mb,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = load_json(output)
+    assert record["status"] == "oom" and record["images_per_sec"] is None
+    assert any(sign in record["error"] for sign in OOM_SIGNS)
+    assert "OOM after" in result.stdout

@@ -22,7 +22,7 @@ def load_yaml(path):
 
 
 def copy_repository(target: str) -> str:
-    """A copy of the workflow as a fresh clone has it, sharing the training venv."""
+    """A copy of the workflow as a fresh clone has it, sharing the training venvs."""
     os.makedirs(target, exist_ok=True)
     for name in WORKFLOW_FILES:
         source = os.path.join(REPO, name)
@@ -39,7 +39,8 @@ def copy_repository(target: str) -> str:
         os.path.join(REPO, "results", "published", "runs"), os.path.join(published, "runs")
     )
     shutil.copy2(os.path.join(REPO, "results", "published", "config.yaml"), published)
-    os.symlink(os.path.join(REPO, ".venv-train"), os.path.join(target, ".venv-train"))
+    for venv in (".venv-train", ".venv-torch"):
+        os.symlink(os.path.join(REPO, venv), os.path.join(target, venv))
     return target
 
 

@@ -222,3 +222,19 @@ def test_a_record_path_reads_back_as_its_grid_point():
     assert (back.nodes, back.gpus_per_node, back.repeat) == (2, 3, 2)
     for not_a_record in ("runs/horovod/vgg16/n1g1r1.json", "config.yaml", "b64/n1g1r1.json"):
         assert GridPoint.from_path(not_a_record) is None
+
+
+def test_the_cross_ecosystem_study():
+    config = load_yaml(os.path.join(REPO, "studies", "cross-ecosystem.yaml"))
+    got = points(config)
+    spanning = {"horovod", "tf-multiworker", "torch-ddp", "horovod-torch"}
+    cells = {(n, g) for n in range(1, 5) for g in (1, 2, 4)}
+    expected = set()
+    for model in ("resnet50", "vgg16"):
+        for repeat in (1, 2, 3):
+            expected |= {(f, model, 64, n, g, repeat) for f in spanning for n, g in cells}
+            expected |= {("tf-mirrored", model, 64, 1, g, repeat) for g in (1, 2, 4)}
+            expected |= {(f, model, 64, 1, 1, repeat) for f in ("tf-single", "torch-single")}
+    assert got == expected
+    assert len(got) == 2 * 3 * (4 * 12 + 3 + 2)
+    check_config(config)  # every point valid: both models exist in both ecosystems

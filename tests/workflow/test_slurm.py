@@ -146,6 +146,42 @@ def test_horovod_over_gloo_across_nodes(lab, tmp_path):
     assert {r["settings"]["horovod_launcher"] for r in got.values()} == {"gloo"}
 
 
+def test_the_torch_frameworks_across_nodes(lab, tmp_path):
+    """torch-ddp (gloo, rendezvous at the first host) and horovod-torch (mpirun
+    via srun --mpi=pmix): one srun task per rank, from .venv-torch."""
+    repo = copy_repository(str(tmp_path / "repo"))
+    config = study_config(study="slurm-lab-torch")
+    config["benchmark"]["data_dir"] = "results/slurm-lab-torch/data"
+    config["grid"].update(
+        framework=["torch-single", "torch-ddp", "horovod-torch"], nodes=[1, 2], gpus_per_node=[1, 2]
+    )
+    config["constraints"] = {
+        "exclude": [
+            {"framework": "torch-single", "gpus": {"min": 2}},
+            {"framework": ["torch-ddp", "horovod-torch"], "nodes": 1},
+        ]
+    }
+    result = snakemake(repo, *profile_args(repo, "torch.yaml", config), timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    got = records(repo, "slurm-lab-torch")
+    expected = {
+        "torch-single/small_cnn/b16/n1g1r1.json": 1,
+        "torch-ddp/small_cnn/b16/n2g1r1.json": 2,
+        "torch-ddp/small_cnn/b16/n2g2r1.json": 4,
+        "horovod-torch/small_cnn/b16/n2g1r1.json": 2,
+        "horovod-torch/small_cnn/b16/n2g2r1.json": 4,
+    }
+    assert set(got) == set(expected)
+    for name, replicas in expected.items():
+        record, per_node = got[name], replicas // 2
+        hosts = record["provenance"]["hosts"]
+        assert record["status"] == "ok" and record["replicas"] == record["processes"] == replicas
+        assert record["provenance"]["torch"].startswith("2.13.0"), name
+        if replicas > 1:
+            assert hosts == ["node1"] * per_node + ["node2"] * per_node, name
+        print(name, hosts, f"{record['images_per_sec']['mean']:.0f} images/sec")
+
+
 def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_path):
     repo = copy_repository(str(tmp_path / "repo"))
     # No retries here: the point is to see the failure, not to recover from it.

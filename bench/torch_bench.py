@@ -1,0 +1,106 @@
+"""The torch frameworks' overhead, measured: ratios of runs made side by side.
+
+Run by bench/run.py with the torch environment (.venv-torch); prints one JSON
+object on stdout. As bench/harness_bench.py does for TensorFlow:
+1. the harness's torch-single step (trainscale.torch_backend) against the loop
+   a PyTorch user writes by hand (zero_grad, forward, mean cross-entropy,
+   backward, step) on the same model, optimizer, batch and synthetic data,
+   timed blocks interleaved in one process;
+2. one replica through torch-ddp's and horovod-torch's real launch paths (a
+   RANK/MASTER_PORT rank; mpirun) against torch-single, whole `trainscale run`
+   processes alternating;
+3. seconds from process start to the first timed step, per framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from common import interleaved_blocks, median, one_replica_each, ratio_interval, timed_block
+
+from trainscale.settings import RunOptions, RunSettings
+from trainscale.torch_backend import TorchBackend
+from trainscale.torch_models import build_torch_model
+
+
+def harness_step(settings: RunSettings):
+    """The harness's torch-single step, prepared as `trainscale train` prepares it."""
+    backend = TorchBackend.create(settings, RunOptions())
+    backend.prepare()
+    return backend.step
+
+
+def plain_step(settings: RunSettings):
+    """The hand-written PyTorch loop, on the same model, Adam, batch and data."""
+    torch.manual_seed(settings.seed)
+    model = build_torch_model(settings.model, settings.image_size, settings.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate, eps=1e-7)
+    generator = torch.Generator().manual_seed(settings.seed)
+    shape = (settings.batch_size, 3, settings.image_size, settings.image_size)
+    images = torch.randn(shape, generator=generator)
+    labels = torch.randint(0, settings.num_classes, (settings.batch_size,), generator=generator)
+
+    def step():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    measure = dict(warmup_steps=2, iterations=4, steps_per_iteration=8, device=args.device)
+    results: dict = {"harness_vs_plain_loop": {}}
+    work = tempfile.mkdtemp(prefix="trainscale-torch-bench-")
+    rounds = 3 * args.repeats
+
+    for model, steps in (("small_cnn", 256), ("vgg16", 8)):
+        images = 32 * steps
+        settings = RunSettings(
+            framework="torch-single", model=model, batch_size=32, image_size=32,
+            dataset="synthetic", **measure,
+        )  # fmt: skip
+        harness, plain = harness_step(settings), plain_step(settings)
+        rates = interleaved_blocks(
+            {
+                # Both end a block by reading the last loss, as the harness does.
+                "harness": timed_block(harness, steps, images),
+                "plain": timed_block(plain, steps, images),
+            },
+            rounds,
+        )
+        results["harness_vs_plain_loop"][model] = {
+            "harness_images_per_sec": median(rates["harness"]),
+            "plain_loop_images_per_sec": median(rates["plain"]),
+            "ratio": median(rates["harness"]) / median(rates["plain"]),
+            "ratio_interval_95": ratio_interval(rates["harness"], rates["plain"]),
+            "block_rates": rates,
+        }
+
+    synthetic = RunSettings(
+        framework="torch-single", model="vgg16", batch_size=32, image_size=32,
+        dataset="synthetic", **{**measure, "iterations": 8},
+    )  # fmt: skip
+    results["one_replica"] = one_replica_each(
+        synthetic, ("torch-single", "torch-ddp", "horovod-torch"), work
+    )
+    results["settings"] = {"model": "vgg16/small_cnn", "batch_size": 32, "image_size": 32}
+    results["settings"].update(measure)
+    results["torch"] = torch.__version__
+    json.dump(results, sys.stdout, indent=2)
+
+
+if __name__ == "__main__":
+    main()
