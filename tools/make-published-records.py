@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from trainscale.records import SCHEMA_VERSION, atomic_write_json  # noqa: E402
+from trainscale.records import atomic_write_json, record_head  # noqa: E402
 from trainscale.settings import RunSettings  # noqa: E402
 from trainscale.study import GridPoint, record_path  # noqa: E402
 
@@ -66,25 +66,14 @@ def record(framework, nodes, gpus_per_node, mean, std, where):
         device="gpu",
         optimizer="adam",
     )
-    replicas = settings.replicas
     return {
-        "schema": SCHEMA_VERSION,
-        "status": "ok",
-        "framework": framework,
-        "nodes": nodes,
-        "gpus_per_node": gpus_per_node,
-        "replicas": replicas,
-        "processes": replicas if framework == "horovod" else 1,
-        "model": "vgg16",
-        "dataset": "cifar100",
-        "image_size": 224,
-        "batch_size": 64,
-        "global_batch_size": 64 * replicas,
-        "device": "gpu",
-        "settings": settings.to_dict(),
+        **record_head(settings, "ok"),
+        # What the paper ran: one process per Horovod rank, one for MirroredStrategy.
+        "processes": settings.replicas if framework == "horovod" else 1,
+        # The paper gives no settings hash: its settings are what it states.
         "settings_hash": "published",
         "images_per_sec": {"mean": mean, "std": std, "samples": []},
-        "per_replica_images_per_sec": {"mean": mean / replicas, "std": None},
+        "per_replica_images_per_sec": {"mean": mean / settings.replicas, "std": None},
         "source": f"published: seed 000, {where}",
         "provenance": PROVENANCE,
     }

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import sys
 
+from trainscale.registry import framework_spec, missing_module
 from trainscale.settings import (
     DATASETS,
     DEVICES,
@@ -232,6 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         for option in nonnegative:
             if getattr(args, option) < 0:
                 raise SettingsError(f"--{option.replace('_', '-')} must be zero or positive")
+        missing = missing_module(settings.framework)
+        if missing:
+            spec = framework_spec(settings.framework)
+            raise SettingsError(
+                f"--framework {settings.framework} needs {missing}, which {sys.executable} "
+                f"cannot import: run it from its environment ({spec.environment} in a study "
+                f"config, built by make {spec.environment.replace('_', '-')})"
+            )
         if args.command == "train":
             return _train(settings, options)
         return _run(settings, options)

@@ -52,6 +52,10 @@ class FrameworkSpec:
     # The other ecosystem's framework it is held against in the tables
     # (trainscale.tables.cross_ecosystem_table), if any.
     compared_with: str = ""
+    # The module its processes cannot run without; `trainscale` refuses the
+    # framework in a Python that lacks it (horovod-torch needs Horovod built
+    # with its torch extension, which the TensorFlow environment never has).
+    requires: str = ""
 
     def processes_per_node(self, gpus_per_node: int, device: str) -> int:
         """How many OS processes one node runs for G GPUs (replicas) per node."""
@@ -73,6 +77,7 @@ REGISTRY = (
         one_node=True,
         one_device=True,
         knobs=TENSORFLOW_KNOBS,
+        requires="tensorflow",
     ),
     FrameworkSpec(
         "horovod",
@@ -81,6 +86,7 @@ REGISTRY = (
         "train_env",
         "horovod",
         knobs=TENSORFLOW_KNOBS + HOROVOD_KNOBS,
+        requires="horovod.tensorflow",
     ),
     FrameworkSpec(
         "tf-mirrored",
@@ -90,6 +96,7 @@ REGISTRY = (
         "single",
         one_node=True,
         knobs=TENSORFLOW_KNOBS,
+        requires="tensorflow",
     ),
     FrameworkSpec(
         "tf-multiworker",
@@ -98,6 +105,7 @@ REGISTRY = (
         "train_env",
         "multiworker",
         knobs=TENSORFLOW_KNOBS + ("collective_implementation", "all_reduce_pack_mb"),
+        requires="tensorflow",
     ),
     FrameworkSpec(
         "torch-single",
@@ -109,6 +117,7 @@ REGISTRY = (
         one_device=True,
         knobs=TORCH_KNOBS,
         compared_with="tf-single",
+        requires="torch",
     ),
     FrameworkSpec(
         "torch-ddp",
@@ -118,6 +127,7 @@ REGISTRY = (
         "torch-distributed",
         knobs=TORCH_KNOBS + ("ddp_bucket_cap_mb", "ddp_compression"),
         compared_with="horovod",
+        requires="torch",
     ),
     FrameworkSpec(
         "horovod-torch",
@@ -127,6 +137,7 @@ REGISTRY = (
         "horovod",
         knobs=TORCH_KNOBS + HOROVOD_KNOBS,
         compared_with="horovod",
+        requires="horovod.torch",
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)
@@ -146,6 +157,30 @@ def table_order(name: str) -> int:
 
 def label(name: str) -> str:
     return _BY_NAME[name].label if name in _BY_NAME else name
+
+
+def missing_module(name: str) -> str:
+    """'' when this Python has what framework `name` requires, else what it lacks.
+
+    Asked without importing anything heavy: a top-level module is looked up,
+    not imported. A Horovod framework module (horovod.torch) is there only
+    when Horovod was compiled for it: Horovod ships every framework's Python
+    package but builds the library (mpi_lib*) of the ones it was built with.
+    """
+    import glob
+    import importlib.util
+    import os
+
+    module = _BY_NAME[name].requires
+    top, _, framework = module.partition(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None:
+        return module
+    if framework:
+        folders = spec.submodule_search_locations or []
+        if not any(glob.glob(os.path.join(f, framework, "mpi_lib*")) for f in folders):
+            return f"{module} (Horovod built without it)"
+    return ""
 
 
 def knob_readers() -> dict[str, set[str] | None]:

@@ -122,3 +122,35 @@ def test_out_of_memory_is_a_recorded_outcome(tmp_path, framework, replicas, cap_
     assert record["status"] == "oom" and record["images_per_sec"] is None
     assert any(sign in record["error"] for sign in OOM_SIGNS)
     assert "OOM after" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("framework", "needs"),
+    [("tf-single", "tensorflow"), ("horovod", "horovod.tensorflow (Horovod built without it)")],
+)
+def test_the_torch_environment_refuses_the_tensorflow_frameworks(framework, needs):
+    result = trainscale("run", "--framework", framework, "--dataset", "synthetic")
+    assert result.returncode == 2
+    assert f"--framework {framework} needs {needs}" in result.stderr
+    assert "make train-env" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_the_tensorflow_environment_refuses_horovod_torch(tensorflow_python):
+    result = subprocess.run(
+        [
+            tensorflow_python,
+            "-m",
+            "trainscale",
+            "run",
+            "--framework",
+            "horovod-torch",
+            "--dataset",
+            "synthetic",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "needs horovod.torch (Horovod built without it)" in result.stderr
+    assert "make torch-env" in result.stderr
