@@ -15,7 +15,8 @@ NODES ?= 2
 # The harness's modules: what runs on GPU nodes, on Python 3.8+ (pyproject.toml).
 HARNESS_MODULES = $(addprefix src/trainscale/,__init__.py __main__.py settings.py cli.py \
 	launch.py training.py data.py models.py frameworks.py flops.py timing.py records.py registry.py \
-	backend.py tf_backend.py slurm.py supervision.py torch_backend.py torch_models.py)
+	backend.py tf_backend.py slurm.py supervision.py torch_backend.py torch_models.py \
+	torch_ddp.py horovod_torch.py)
 # An older stack for the harness (make test-compat): Python 3.8 and TensorFlow
 # 2.11.0, as NVIDIA's tensorflow:23.03-tf2-py3 image has. pyenv's 3.8 if none is given.
 COMPAT_VENV ?= .venv-compat

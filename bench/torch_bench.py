@@ -30,7 +30,7 @@ from trainscale.torch_models import build_torch_model
 
 def harness_step(settings: RunSettings):
     """The harness's torch-single step, prepared as `trainscale train` prepares it."""
-    backend = TorchBackend.create(settings, RunOptions())
+    backend = TorchBackend(settings, RunOptions())
     backend.prepare()
     return backend.step
 

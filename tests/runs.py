@@ -7,6 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 # The interpreter running the tests is the training environment's (make test
 # uses .venv-train/bin/python), so `-m trainscale` is the installed harness.
@@ -90,3 +93,82 @@ def assert_knob_effect(single_final, final, atol: float, changes_numbers: bool, 
         assert atol < largest < 1e-3
     else:
         assert largest < atol
+
+
+class Output:
+    """A running process's output, read in a thread as it comes (the pipe never
+    fills), to wait for a line without blocking on a process that is hung."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, within: float = 600) -> None:
+        deadline = time.monotonic() + within
+        while not any(text in line for line in self.lines):
+            seen = "".join(self.lines)[-3000:]
+            assert self._reader.is_alive(), f"ended before {text!r}:\n{seen}"
+            assert time.monotonic() < deadline, f"no {text!r} within {within} s:\n{seen}"
+            time.sleep(0.2)
+
+    def text(self) -> str:
+        self._reader.join(timeout=30)
+        return "".join(self.lines)
+
+
+def start_run(*args: str, **popen) -> tuple[subprocess.Popen, Output]:
+    """`trainscale run` in the background; its stdout and stderr together, as they come."""
+    run = subprocess.Popen(
+        [*TRAINSCALE, "run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"},
+        **popen,
+    )
+    return run, Output(run.stdout)
+
+
+# How each launcher tells its second process (rank or worker 1) apart.
+SECOND_PROCESS_MARKS = (
+    b"OMPI_COMM_WORLD_RANK=1\0",  # mpirun
+    b"HOROVOD_RANK=1\0",  # horovodrun --gloo
+    b'"index": 1}',  # TF_CONFIG
+    b"\0RANK=1\0",  # torch.distributed
+)
+
+
+def processes_writing(output: Path) -> list[int]:
+    """Pids of the training processes (any rank or worker) of the run writing `output`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        # `python -m trainscale train ...`, not mpirun or horovodrun naming it.
+        training = argv[1:4] == [b"-m", b"trainscale", b"train"]
+        if training and str(output).encode() in argv and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def second_process(output: Path, within: float = 90) -> int:
+    """The pid of rank/worker 1 of the run writing `output`, once it trains."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        for pid in processes_writing(output):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if any(mark in environ for mark in SECOND_PROCESS_MARKS):
+                return pid
+    raise AssertionError("rank 1 never started")

@@ -18,9 +18,9 @@ TensorFlow or torch sits behind a Backend, built once per process:
 - out_of_memory_errors: the exceptions that mean the device ran out of
   memory, which `trainscale train` turns into an `oom` record.
 
-trainscale.registry says which ecosystem a framework belongs to;
-trainscale.training imports that ecosystem's module only, so a torch run
-never imports TensorFlow and the other way round.
+trainscale.registry says where each framework's Backend is (`backend`);
+trainscale.training imports that module only, so a torch run never imports
+TensorFlow and the other way round.
 """
 
 from __future__ import annotations
@@ -68,11 +68,6 @@ class Backend:
         self.process_index = 0
         self.replicas_in_process = 1
         self.devices: list[str] = []
-
-    @classmethod
-    def create(cls, settings: RunSettings, options: RunOptions) -> Backend:
-        """The backend for settings.framework (an ecosystem's module may pick a subclass)."""
-        return cls(settings, options)
 
     @property
     def is_chief(self) -> bool:

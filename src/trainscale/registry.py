@@ -52,6 +52,8 @@ class FrameworkSpec:
     # The other ecosystem's framework it is held against in the tables
     # (trainscale.tables.cross_ecosystem_table), if any.
     compared_with: str = ""
+    # Where its training code is: "module:Class", a trainscale.backend.Backend.
+    backend: str = ""
     # The module its processes cannot run without; `trainscale` refuses the
     # framework in a Python that lacks it (horovod-torch needs Horovod built
     # with its torch extension, which the TensorFlow environment never has).
@@ -78,6 +80,7 @@ REGISTRY = (
         one_device=True,
         knobs=TENSORFLOW_KNOBS,
         requires="tensorflow",
+        backend="trainscale.tf_backend:TensorFlowBackend",
     ),
     FrameworkSpec(
         "horovod",
@@ -87,6 +90,7 @@ REGISTRY = (
         "horovod",
         knobs=TENSORFLOW_KNOBS + HOROVOD_KNOBS,
         requires="horovod.tensorflow",
+        backend="trainscale.tf_backend:TensorFlowBackend",
     ),
     FrameworkSpec(
         "tf-mirrored",
@@ -97,6 +101,7 @@ REGISTRY = (
         one_node=True,
         knobs=TENSORFLOW_KNOBS,
         requires="tensorflow",
+        backend="trainscale.tf_backend:TensorFlowBackend",
     ),
     FrameworkSpec(
         "tf-multiworker",
@@ -106,6 +111,7 @@ REGISTRY = (
         "multiworker",
         knobs=TENSORFLOW_KNOBS + ("collective_implementation", "all_reduce_pack_mb"),
         requires="tensorflow",
+        backend="trainscale.tf_backend:TensorFlowBackend",
     ),
     FrameworkSpec(
         "torch-single",
@@ -118,6 +124,7 @@ REGISTRY = (
         knobs=TORCH_KNOBS,
         compared_with="tf-single",
         requires="torch",
+        backend="trainscale.torch_backend:TorchBackend",
     ),
     FrameworkSpec(
         "torch-ddp",
@@ -128,6 +135,7 @@ REGISTRY = (
         knobs=TORCH_KNOBS + ("ddp_bucket_cap_mb", "ddp_compression"),
         compared_with="horovod",
         requires="torch",
+        backend="trainscale.torch_ddp:DistributedDataParallel",
     ),
     FrameworkSpec(
         "horovod-torch",
@@ -138,6 +146,7 @@ REGISTRY = (
         knobs=TORCH_KNOBS + HOROVOD_KNOBS,
         compared_with="horovod",
         requires="horovod.torch",
+        backend="trainscale.horovod_torch:Horovod",
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)

@@ -1,14 +1,15 @@
-"""The PyTorch frameworks behind the loop's seam (trainscale.backend).
+"""The PyTorch ecosystem behind the loop's seam (trainscale.backend), and torch-single.
 
-One training step for all three (TorchBackend.step), as the TensorFlow
-frameworks share theirs; a framework adds only how processes find each
-other, how the model and optimizer are wrapped to reduce gradients, and the
-collective that gathers the measured rates:
-- torch-single: one process, plain autograd;
-- torch-ddp: torch.distributed (gloo on CPU, NCCL on GPU) and
-  DistributedDataParallel, one rank per replica;
-- horovod-torch: horovod.torch.DistributedOptimizer, ranks started like the
-  TensorFlow Horovod ranks.
+One training step for every torch framework (TorchBackend.step), as the
+TensorFlow frameworks share theirs. TorchBackend itself is torch-single (one
+process, plain autograd); a distributed framework is a subclass in a module
+of its own that adds only how processes find each other (connect), which
+device a rank takes, how the model and optimizer are wrapped to reduce
+gradients (wrap), and the collective that gathers the measured rates:
+- torch-ddp (trainscale.torch_ddp): torch.distributed (gloo on CPU, NCCL on
+  GPU) and DistributedDataParallel, one rank per replica;
+- horovod-torch (trainscale.horovod_torch): horovod.torch's
+  DistributedOptimizer, ranks started like the TensorFlow Horovod ranks.
 
 Loss convention, as in trainscale.frameworks: every replica computes
 sum(per-example loss) / GLOBAL batch, and gradients are SUMMED over replicas,
@@ -21,14 +22,13 @@ same gradient (tests/torch/test_equivalence.py).
 
 from __future__ import annotations
 
-import datetime
 import os
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainscale.backend import Backend, DeviceError, horovod_versions, init_horovod
+from trainscale.backend import Backend, DeviceError, horovod_versions
 from trainscale.data import (
     CIFAR100_MEAN,
     CIFAR100_STD,
@@ -37,8 +37,7 @@ from trainscale.data import (
     synthetic_batch,
 )
 from trainscale.flops import TRAINING_OVER_FORWARD
-from trainscale.settings import RunOptions, RunSettings, local_cpu_count
-from trainscale.slurm import rank_env_from_slurm
+from trainscale.settings import local_cpu_count
 from trainscale.torch_models import build_torch_model
 
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -46,15 +45,6 @@ _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 class TorchBackend(Backend):
     """torch-single; the distributed frameworks override the marked hooks."""
-
-    @classmethod
-    def create(cls, settings: RunSettings, options: RunOptions) -> Backend:
-        kinds = {
-            "torch-single": cls,
-            "torch-ddp": DistributedDataParallel,
-            "horovod-torch": Horovod,
-        }
-        return kinds[settings.framework](settings, options)
 
     # ---- hooks of the distributed frameworks --------------------------------
 
@@ -236,109 +226,3 @@ def torch_forward_flops_per_image(model_name: str, image_size: int, num_classes:
     with counter, torch.no_grad():
         model(images)
     return int(counter.get_total_flops())
-
-
-# --------------------------------------------------------------------------
-# torch-ddp
-# --------------------------------------------------------------------------
-
-
-class DistributedDataParallel(TorchBackend):
-    loss_is_global = False
-
-    def connect(self) -> int:
-        import torch.distributed as dist
-
-        if os.environ.get("TRAINSCALE_TORCH_FROM_SLURM"):
-            os.environ.update(rank_env_from_slurm())
-        missing = [
-            v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ
-        ]
-        if missing:
-            raise DeviceError(
-                f"torch-ddp needs {', '.join(missing)} (set by `trainscale run`, or under srun)"
-            )
-        timeout = self.options.collective_timeout
-        dist.init_process_group(
-            backend="nccl" if self.settings.device == "gpu" else "gloo",
-            timeout=datetime.timedelta(seconds=timeout) if timeout else None,
-        )
-        self.num_processes, self.process_index = dist.get_world_size(), dist.get_rank()
-        # DDP averages over ranks; see the module's docstring.
-        self.gradient_scale = float(self.num_processes)
-        return int(os.environ.get("LOCAL_WORLD_SIZE", self.num_processes))
-
-    def device_index(self, visible: int) -> int:
-        # With every GPU of the node visible, rank i takes GPU i; a launcher
-        # that binds one GPU per task leaves exactly one visible.
-        return int(os.environ.get("LOCAL_RANK", 0)) if visible > 1 else 0
-
-    def wrap(self, model, optimizer):
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        on_gpu = self.device.type == "cuda"
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model,
-            device_ids=[self.device.index] if on_gpu else None,
-            bucket_cap_mb=self.settings.ddp_bucket_cap_mb,
-        )
-        if self.settings.ddp_compression == "fp16":
-            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        return ddp, optimizer
-
-    def gather_rows(self, row: np.ndarray) -> np.ndarray:
-        import torch.distributed as dist
-
-        # NCCL gathers only device tensors; gloo only host ones.
-        mine = torch.tensor(np.asarray(row, dtype=np.float64), device=self.device)
-        rows = [torch.empty_like(mine) for _ in range(self.num_processes)]
-        dist.all_gather(rows, mine)
-        return torch.stack(rows).cpu().numpy()
-
-
-# --------------------------------------------------------------------------
-# horovod-torch
-# --------------------------------------------------------------------------
-
-
-class Horovod(TorchBackend):
-    loss_is_global = False
-
-    def connect(self) -> int:
-        import horovod.torch as hvd
-
-        self.hvd = hvd
-        init_horovod(hvd, self.settings)
-        self.num_processes, self.process_index = hvd.size(), hvd.rank()
-        return hvd.local_size()
-
-    def device_index(self, visible: int) -> int:
-        return self.hvd.local_rank() if visible > 1 else 0
-
-    def wrap(self, model, optimizer):
-        hvd = self.hvd
-        # Horovod's pattern: every rank starts from rank 0's exact state.
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
-        # Sum, not Average: each rank's loss is already divided by the global batch.
-        optimizer = hvd.DistributedOptimizer(
-            optimizer,
-            named_parameters=model.named_parameters(),
-            compression=compression[self.settings.horovod_compression],
-            op=hvd.Sum,
-        )
-        return model, optimizer
-
-    def scaled_step(self) -> None:
-        # Horovod's recipe for loss scaling: reduce the scaled gradients,
-        # unscale them, then step without reducing again.
-        self.optimizer.synchronize()
-        self.scaler.unscale_(self.optimizer)
-        with self.optimizer.skip_synchronize():
-            self.scaler.step(self.optimizer)
-        self.scaler.update()
-
-    def gather_rows(self, row: np.ndarray) -> np.ndarray:
-        mine = torch.tensor(np.asarray(row, dtype=np.float64)[None, :])
-        return self.hvd.allgather(mine).numpy()

@@ -20,12 +20,6 @@ from trainscale.registry import framework_spec
 from trainscale.settings import RunOptions, RunSettings
 from trainscale.timing import BlockBudget, BlockTimes, Stopwatch
 
-# The module holding each ecosystem's Backend (trainscale.registry names the ecosystem).
-BACKENDS = {
-    "tensorflow": ("trainscale.tf_backend", "TensorFlowBackend"),
-    "torch": ("trainscale.torch_backend", "TorchBackend"),
-}
-
 
 class OutOfMemory(Exception):
     """The device (or host) ran out of memory: a result of the grid point, not a crash."""
@@ -36,8 +30,10 @@ def log(message: str) -> None:
 
 
 def create_backend(settings: RunSettings, options: RunOptions) -> Backend:
-    module, name = BACKENDS[framework_spec(settings.framework).ecosystem]
-    return getattr(importlib.import_module(module), name).create(settings, options)
+    """The framework's Backend, where the registry says it is; only that
+    ecosystem's modules are imported."""
+    module, name = framework_spec(settings.framework).backend.split(":")
+    return getattr(importlib.import_module(module), name)(settings, options)
 
 
 def process_age() -> float:

@@ -6,12 +6,12 @@ import resource
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import TRAINSCALE, load_json, trainscale
+from runs import processes_writing, second_process, start_run
 
 from trainscale.supervision import OOM_SIGNS, ProcessTree, stop_all
 
@@ -137,45 +137,6 @@ ENDLESS_HOROVOD = [
 # warm-up on a slow Xeon. Hang bounds are generous for the same reason.
 
 
-class Output:
-    """A running process's output, read in a thread as it comes (the pipe never
-    fills), to wait for a line without blocking on a process that is hung."""
-
-    def __init__(self, stream):
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._reader.start()
-
-    def _read(self, stream) -> None:
-        for line in stream:
-            self.lines.append(line)
-
-    def wait_for(self, text: str, within: float = 600) -> None:
-        deadline = time.monotonic() + within
-        while not any(text in line for line in self.lines):
-            seen = "".join(self.lines)[-3000:]
-            assert self._reader.is_alive(), f"ended before {text!r}:\n{seen}"
-            assert time.monotonic() < deadline, f"no {text!r} within {within} s:\n{seen}"
-            time.sleep(0.2)
-
-    def text(self) -> str:
-        self._reader.join(timeout=30)
-        return "".join(self.lines)
-
-
-def start_run(*args: str, **popen) -> tuple[subprocess.Popen, Output]:
-    """`trainscale run` in the background; its stdout and stderr together, as they come."""
-    run = subprocess.Popen(
-        [*TRAINSCALE, "run", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"},
-        **popen,
-    )
-    return run, Output(run.stdout)
-
-
 FIRST_BLOCK = "block 1/100000"
 
 
@@ -219,41 +180,6 @@ def test_the_watchdog_ends_a_run_and_records_a_timeout(tmp_path, seconds_to_firs
     assert limit <= record["elapsed_seconds"] <= limit + 15  # the limit plus the grace to stop
     assert wall < limit + 25
     assert FIRST_BLOCK in result.stderr  # it was training when it was stopped
-
-
-# How each launcher tells its second process (rank or worker 1) apart.
-SECOND_PROCESS_MARKS = (b"OMPI_COMM_WORLD_RANK=1\0", b"HOROVOD_RANK=1\0", b'"index": 1}')
-
-
-def _processes_writing(output: Path) -> list[int]:
-    """Pids of the training processes (any rank or worker) of the run writing `output`."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        # `python -m trainscale train ...`, not mpirun or horovodrun naming it.
-        training = argv[1:4] == [b"-m", b"trainscale", b"train"]
-        if training and str(output).encode() in argv and state != "Z":
-            found.append(int(pid))
-    return found
-
-
-def second_process(output: Path, within: float = 90) -> int:
-    """The pid of rank/worker 1 of the run writing `output`, once it trains."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        time.sleep(1)
-        for pid in _processes_writing(output):
-            try:
-                environ = Path(f"/proc/{pid}/environ").read_bytes()
-            except OSError:
-                continue
-            if any(mark in environ for mark in SECOND_PROCESS_MARKS):
-                return pid
-    raise AssertionError("rank 1 never started")
 
 
 @pytest.mark.parametrize(
@@ -367,12 +293,12 @@ def test_ctrl_c_ends_every_rank_before_the_launcher_returns(tmp_path, launch_opt
     try:
         second_process(output)
         printed.wait_for(FIRST_BLOCK)  # into the training
-        assert len(_processes_writing(output)) == 2
+        assert len(processes_writing(output)) == 2
         os.killpg(run.pid, signal.SIGINT)
         interrupted_at = time.monotonic()
         run.wait(timeout=60)
         returned_after = time.monotonic() - interrupted_at
-        left = _processes_writing(output)
+        left = processes_writing(output)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from runs import TINY, TRAINSCALE, load_json, trainscale
 
-from trainscale.registry import REGISTRY
+from trainscale.registry import REGISTRY, framework_spec
 from trainscale.supervision import OOM_SIGNS
 
 TORCH_FRAMEWORKS = [spec.name for spec in REGISTRY if spec.ecosystem == "torch"]
@@ -154,3 +154,13 @@ def test_the_tensorflow_environment_refuses_horovod_torch(tensorflow_python):
     assert result.returncode == 2
     assert "needs horovod.torch (Horovod built without it)" in result.stderr
     assert "make torch-env" in result.stderr
+
+
+def test_the_registry_names_each_torch_frameworks_backend():
+    import importlib
+
+    from trainscale.backend import Backend
+
+    for name in TORCH_FRAMEWORKS:
+        module, _, cls = framework_spec(name).backend.partition(":")
+        assert issubclass(getattr(importlib.import_module(module), cls), Backend), name
