@@ -45,10 +45,13 @@ def timed_block(step, steps: int, images: int):
     return block
 
 
-def run_framework(settings: RunSettings, framework: str, output: str) -> dict:
-    """One `trainscale run` of `framework` with one replica, timed from outside."""
+def run_framework(
+    settings: RunSettings, framework: str, output: str, python: str = sys.executable
+) -> dict:
+    """One `trainscale run` of `framework` with one replica, timed from outside,
+    by `python` (the environment the framework runs from)."""
     one = dataclasses.replace(settings, framework=framework, gpus_per_node=1, nodes=1)
-    command = [sys.executable, "-m", "trainscale", "run", *one.to_cli_args(), "--output", output]
+    command = [python, "-m", "trainscale", "run", *one.to_cli_args(), "--output", output]
     start = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -54,6 +54,42 @@ def machine(train_python: str) -> dict:
     }
 
 
+def cross_ecosystem(train_python: str, torch_python: str, device: str) -> dict:
+    """torch-single / tf-single on the same model, batch and synthetic data:
+    whole `trainscale run`s, each from its own environment, alternating, two
+    rounds; medians over every block. Reported, with no goal: it compares
+    ecosystems, not trainscale's overhead."""
+    import tempfile
+
+    from common import median, ratio_interval, run_framework
+
+    from trainscale.settings import RunSettings
+
+    work = tempfile.mkdtemp(prefix="trainscale-bench-cross-")
+    results = {}
+    for model in ("small_cnn", "vgg16"):
+        settings = RunSettings(
+            framework="tf-single", model=model, batch_size=32, image_size=32,
+            dataset="synthetic", device=device, warmup_steps=2, iterations=8,
+            steps_per_iteration=256 if model == "small_cnn" else 8,
+        )  # fmt: skip
+        blocks = {"tf-single": [], "torch-single": []}
+        for _ in range(2):
+            for name, python in (("tf-single", train_python), ("torch-single", torch_python)):
+                output = os.path.join(work, f"{name}-{model}.json")
+                run = run_framework(settings, name, output, python)
+                blocks[name] += run["block_rates"]
+                print(f"bench: {name} {model}: {run['images_per_sec']:.1f}", file=sys.stderr)
+        results[model] = {
+            "tf_single_images_per_sec": median(blocks["tf-single"]),
+            "torch_single_images_per_sec": median(blocks["torch-single"]),
+            "ratio": median(blocks["torch-single"]) / median(blocks["tf-single"]),
+            "ratio_interval_95": ratio_interval(blocks["torch-single"], blocks["tf-single"]),
+            "block_rates": blocks,
+        }
+    return results
+
+
 def run_json(command: list[str]) -> dict:
     print("bench:", " ".join(command), file=sys.stderr, flush=True)
     result = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, text=True, check=True)
@@ -108,6 +144,16 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
                 ">= 0.97",
                 vs(torch_one[name]["images_per_sec"], torch_one["torch-single"]["images_per_sec"])
                 + interval(torch_one[name]),
+            )
+        )
+    for model, entry in results["cross_ecosystem"].items():
+        out.append(
+            (
+                f"torch-single / tf-single, {model}",
+                entry["ratio"],
+                "(reported)",
+                vs(entry["torch_single_images_per_sec"], entry["tf_single_images_per_sec"])
+                + interval(entry),
             )
         )
     for name in ("horovod", "tf-mirrored", "tf-multiworker"):
@@ -248,6 +294,7 @@ def main() -> None:
                 args.device,
             ]
         ),
+        "cross_ecosystem": cross_ecosystem(args.train_python, args.torch_python, args.device),
         "workflow": run_json([sys.executable, os.path.join(HERE, "workflow_bench.py")]),
     }
     if args.device == "gpu":
