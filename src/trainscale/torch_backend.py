@@ -44,7 +44,7 @@ _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class TorchBackend(Backend):
-    """torch-single; the distributed frameworks override the marked hooks."""
+    """torch-single; a distributed framework overrides the hooks below."""
 
     # ---- hooks of the distributed frameworks --------------------------------
 
@@ -67,23 +67,7 @@ class TorchBackend(Backend):
     def prepare(self) -> None:
         s = self.settings
         self.out_of_memory_errors = (torch.cuda.OutOfMemoryError, MemoryError)
-        processes_on_node = self.connect()
-        if s.device == "cpu":
-            # Each process gets its share of the cores, as for TensorFlow.
-            torch.set_num_threads(max(1, local_cpu_count() // processes_on_node))
-            self.device = torch.device("cpu")
-            self.devices = ["cpu"]
-        else:
-            visible = torch.cuda.device_count()
-            index = self.device_index(visible)
-            if index >= visible:
-                raise DeviceError(
-                    f"{s.framework} process {self.process_index} needs GPU {index} but sees "
-                    f"{visible} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
-                )
-            torch.cuda.set_device(index)
-            self.device = torch.device("cuda", index)
-            self.devices = [f"cuda:{index} ({torch.cuda.get_device_name(index)})"]
+        self._take_device(processes_on_node=self.connect())
         if self.num_processes != s.replicas:
             raise DeviceError(
                 f"{s.framework} was launched with {self.num_processes} ranks but the run asks "
@@ -99,6 +83,24 @@ class TorchBackend(Backend):
         # float16 gradients underflow without loss scaling; bfloat16 needs none.
         self.scaler = torch.amp.GradScaler(self.device.type) if s.precision == "fp16" else None
         self.batches = self._batches()
+
+    def _take_device(self, processes_on_node: int) -> None:
+        if self.settings.device == "cpu":
+            # Each process gets its share of the cores, as for TensorFlow.
+            torch.set_num_threads(max(1, local_cpu_count() // processes_on_node))
+            self.device = torch.device("cpu")
+            self.devices = ["cpu"]
+            return
+        visible = torch.cuda.device_count()
+        index = self.device_index(visible)
+        if index >= visible:
+            raise DeviceError(
+                f"{self.settings.framework} process {self.process_index} needs GPU {index} but "
+                f"sees {visible} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
+            )
+        torch.cuda.set_device(index)
+        self.device = torch.device("cuda", index)
+        self.devices = [f"cuda:{index} ({torch.cuda.get_device_name(index)})"]
 
     def _optimizer(self, module):
         s = self.settings
