@@ -120,3 +120,32 @@ def one_replica_each(settings, frameworks: tuple[str, ...], work: str) -> dict:
         }
         for name in frameworks
     }
+
+
+# The models compared step against step, with the steps per block that make a
+# block about 2 s on a 2-core CPU (the small CNN's steps take milliseconds).
+STEP_MODELS = (("small_cnn", 256), ("vgg16", 8))
+
+
+def harness_against(other: str, make_steps, settings_for, rounds: int) -> dict:
+    """For each of STEP_MODELS, the harness's step against another step
+    (make_steps(settings) -> (harness, other)), blocks interleaved in this
+    process: medians, their ratio and its 95% interval, batch 32."""
+    results = {}
+    for model, steps in STEP_MODELS:
+        harness, theirs = make_steps(settings_for(model))
+        rates = interleaved_blocks(
+            {
+                "harness": timed_block(harness, steps, 32 * steps),
+                other: timed_block(theirs, steps, 32 * steps),
+            },
+            rounds,
+        )
+        results[model] = {
+            "harness_images_per_sec": median(rates["harness"]),
+            f"{other}_images_per_sec": median(rates[other]),
+            "ratio": median(rates["harness"]) / median(rates[other]),
+            "ratio_interval_95": ratio_interval(rates["harness"], rates[other]),
+            "block_rates": rates,
+        }
+    return results

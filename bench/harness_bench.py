@@ -23,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 from common import (  # noqa: E402
+    harness_against,
     interleaved_blocks,
     median,
     one_replica_each,
@@ -86,33 +87,24 @@ def main() -> None:
     args = parser.parse_args()
 
     measure = dict(warmup_steps=2, iterations=4, steps_per_iteration=8, device=args.device)
-    results: dict = {"harness_vs_keras": {}}
+    results: dict = {}
     work = tempfile.mkdtemp(prefix="trainscale-bench-")
 
     rounds = 3 * args.repeats
 
-    # 1. Harness vs Keras, same process, blocks interleaved; blocks of about
-    # 2 s each (the small CNN's steps take milliseconds).
-    for model, steps in (("small_cnn", 256), ("vgg16", 8)):
-        images = 32 * steps
-        settings = RunSettings(
+    # 1. Harness vs Keras, same process, blocks interleaved.
+    def settings_for(model):
+        return RunSettings(
             framework="tf-single", model=model, batch_size=32, image_size=32,
             dataset="synthetic", **measure,
         )  # fmt: skip
-        rates = interleaved_blocks(
-            {
-                "harness": timed_block(harness_step(settings), steps, images),
-                "keras": timed_block(keras_step(settings), steps, images),
-            },
-            rounds,
-        )
-        results["harness_vs_keras"][model] = {
-            "harness_images_per_sec": median(rates["harness"]),
-            "keras_fit_images_per_sec": median(rates["keras"]),
-            "ratio": median(rates["harness"]) / median(rates["keras"]),
-            "ratio_interval_95": ratio_interval(rates["harness"], rates["keras"]),
-            "block_rates": rates,
-        }
+
+    results["harness_vs_keras"] = harness_against(
+        "keras_fit",
+        lambda settings: (harness_step(settings), keras_step(settings)),
+        settings_for,
+        rounds,
+    )
 
     # 3. Input headroom: the CIFAR-100 pipeline alone, and training on it
     # against training on synthetic batches (VGG-16, the study's model), one

@@ -21,7 +21,7 @@ import tempfile
 
 import torch
 import torch.nn.functional as F
-from common import interleaved_blocks, median, one_replica_each, ratio_interval, timed_block
+from common import harness_against, one_replica_each
 
 from trainscale.settings import RunOptions, RunSettings
 from trainscale.torch_backend import TorchBackend
@@ -62,32 +62,24 @@ def main() -> None:
     args = parser.parse_args()
 
     measure = dict(warmup_steps=2, iterations=4, steps_per_iteration=8, device=args.device)
-    results: dict = {"harness_vs_plain_loop": {}}
+    results: dict = {}
     work = tempfile.mkdtemp(prefix="trainscale-torch-bench-")
     rounds = 3 * args.repeats
 
-    for model, steps in (("small_cnn", 256), ("vgg16", 8)):
-        images = 32 * steps
-        settings = RunSettings(
+    def settings_for(model):
+        return RunSettings(
             framework="torch-single", model=model, batch_size=32, image_size=32,
             dataset="synthetic", **measure,
         )  # fmt: skip
-        harness, plain = harness_step(settings), plain_step(settings)
-        rates = interleaved_blocks(
-            {
-                # Both end a block by reading the last loss, as the harness does.
-                "harness": timed_block(harness, steps, images),
-                "plain": timed_block(plain, steps, images),
-            },
-            rounds,
-        )
-        results["harness_vs_plain_loop"][model] = {
-            "harness_images_per_sec": median(rates["harness"]),
-            "plain_loop_images_per_sec": median(rates["plain"]),
-            "ratio": median(rates["harness"]) / median(rates["plain"]),
-            "ratio_interval_95": ratio_interval(rates["harness"], rates["plain"]),
-            "block_rates": rates,
-        }
+
+    # Both steps return the loss on the device; a block ends by reading the
+    # last one, as the harness's blocks do.
+    results["harness_vs_plain_loop"] = harness_against(
+        "plain_loop",
+        lambda settings: (harness_step(settings), plain_step(settings)),
+        settings_for,
+        rounds,
+    )
 
     synthetic = RunSettings(
         framework="torch-single", model="vgg16", batch_size=32, image_size=32,

@@ -172,3 +172,23 @@ def second_process(output: Path, within: float = 90) -> int:
             if any(mark in environ for mark in SECOND_PROCESS_MARKS):
                 return pid
     raise AssertionError("rank 1 never started")
+
+
+def assert_a_killed_rank_ends_the_run(run_args: list[str], output: Path, first_block: str):
+    """Kill rank 1 of a `trainscale run` inside its timed blocks, as a crash or a
+    lost node would: the run ends within 30 s, failed, with no record."""
+    import signal
+
+    run, printed = start_run(*run_args, "--output", str(output))
+    try:
+        victim = second_process(output)
+        printed.wait_for(first_block)
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        run.wait(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode != 0
+    assert time.monotonic() - killed_at < 30  # no rank left waiting in a collective
+    assert not output.exists()
+    assert "exited with" in printed.text()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TRAINSCALE, load_json, trainscale
-from runs import processes_writing, second_process, start_run
+from runs import assert_a_killed_rank_ends_the_run, processes_writing, second_process, start_run
 
 from trainscale.supervision import OOM_SIGNS, ProcessTree, stop_all
 
@@ -232,21 +232,7 @@ def test_a_stalled_rank_ends_the_run_within_its_bound(
 
 
 def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path):
-    output = tmp_path / "r.json"
-    run, printed = start_run(*ENDLESS_HOROVOD, "--output", str(output))
-    try:
-        # Kill rank 1 as a crash or a lost node would, inside the timed blocks.
-        victim = second_process(output)
-        printed.wait_for(FIRST_BLOCK)
-        killed_at = time.monotonic()
-        os.kill(victim, signal.SIGKILL)
-        run.wait(timeout=300)
-    finally:
-        run.kill()
-    assert run.returncode != 0
-    assert time.monotonic() - killed_at < 30  # no rank left spinning in a collective
-    assert not output.exists()
-    assert "exited with" in printed.text()
+    assert_a_killed_rank_ends_the_run(ENDLESS_HOROVOD, tmp_path / "r.json", FIRST_BLOCK)
 
 
 def test_stopping_a_run_ends_and_waits_for_an_orphan_deaf_to_sigterm():

@@ -1,11 +1,9 @@
 """A torch rank that dies, and the watchdog: outcomes as for TensorFlow, never hangs."""
 
-import os
-import signal
 import time
 
 import pytest
-from runs import load_json, second_process, start_run, trainscale
+from runs import assert_a_killed_rank_ends_the_run, load_json, start_run, trainscale
 
 pytestmark = pytest.mark.slow
 
@@ -19,21 +17,8 @@ FIRST_BLOCK = "block 1/100000"
 
 @pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
 def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path, framework):
-    output = tmp_path / "r.json"
-    run, printed = start_run("--framework", framework, *ENDLESS, "--output", str(output))
-    try:
-        # Kill rank 1 as a crash or a lost node would, inside the timed blocks.
-        victim = second_process(output)
-        printed.wait_for(FIRST_BLOCK)
-        killed_at = time.monotonic()
-        os.kill(victim, signal.SIGKILL)
-        run.wait(timeout=300)
-    finally:
-        run.kill()
-    assert run.returncode != 0
-    assert time.monotonic() - killed_at < 30  # no rank left waiting in a collective
-    assert not output.exists()
-    assert "exited with" in printed.text()
+    run_args = ["--framework", framework, *ENDLESS]
+    assert_a_killed_rank_ends_the_run(run_args, tmp_path / "r.json", FIRST_BLOCK)
 
 
 def test_the_watchdog_ends_a_ddp_run_and_records_a_timeout(tmp_path):
