@@ -71,8 +71,8 @@ demo: train-env torch-env analysis-env
 
 # Every framework once through the harness alone: VGG-16 at 32x32 on a
 # generated CIFAR-100-format archive, 2 CPU replicas.
-demo-harness: train-env
-	TRAIN_VENV=$(TRAIN_VENV) DEMO_DIR=$(DEMO_DIR) bash tools/demo-harness.sh
+demo-harness: train-env torch-env
+	TRAIN_VENV=$(TRAIN_VENV) TORCH_VENV=$(TORCH_VENV) DEMO_DIR=$(DEMO_DIR) bash tools/demo-harness.sh
 
 # Ratios measured side by side in one run (bench/run.py); prints, never fails on a goal.
 # On a GPU node: make bench BENCH_DEVICE=gpu (adds the device matrix).

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The harness demo: each framework trains tiny VGG-16 (32x32) on 2 CPU replicas
-# from a generated archive in the real cifar-100-python format, and prints its
+# (the single-device baselines on 1) from a generated archive in the real
+# cifar-100-python format, each from its own environment, and prints its
 # record's total images/sec.
 set -euo pipefail
 train_venv=${TRAIN_VENV:-.venv-train}
+torch_venv=${TORCH_VENV:-.venv-torch}
 demo_dir=${DEMO_DIR:-results/demo-harness}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 
@@ -17,10 +19,12 @@ fi
 common=(--model vgg16 --image-size 32 --batch-size 32 --dataset cifar100
         --data-dir "$demo_dir/data" --device cpu
         --warmup-steps 2 --iterations 5 --steps-per-iteration 5)
-for framework in tf-single tf-mirrored tf-multiworker horovod; do
+for framework in tf-single tf-mirrored tf-multiworker horovod torch-single torch-ddp horovod-torch; do
   replicas=2
-  [ "$framework" = tf-single ] && replicas=1
-  "$train_venv/bin/trainscale" run --framework "$framework" --gpus-per-node "$replicas" \
+  case "$framework" in tf-single | torch-single) replicas=1 ;; esac
+  venv=$train_venv
+  case "$framework" in torch-* | horovod-torch) venv=$torch_venv ;; esac
+  "$venv/bin/trainscale" run --framework "$framework" --gpus-per-node "$replicas" \
     "${common[@]}" --output "$demo_dir/$framework.json" 2>"$demo_dir/$framework.log" \
     || { echo "demo: $framework failed, see $demo_dir/$framework.log" >&2; exit 1; }
 done
