@@ -36,7 +36,7 @@ help:
 	@echo "make slurm-lab-up NODES=n / make slurm-lab-down   a SLURM cluster on this machine (root)"
 	@echo "make bench      the harness's overhead ratios and the workflow at scale (bench/results.json)"
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
-	@echo "make setup      install system packages and both environments"
+	@echo "make setup      install system packages and the three environments"
 
 setup: train-env torch-env analysis-env
 
