@@ -11,29 +11,15 @@ import os
 import pandas as pd
 import pytest
 from conftest import copy_repository, local_study, snakemake
+from test_local_study import study_variant
 
-STUDY = {
-    "study": "two-ecosystems",
-    "train_env": ".venv-train",
-    "torch_env": ".venv-torch",
-    "grid": {
-        "framework": ["horovod", "torch-ddp", "horovod-torch"],
-        "nodes": [1],
-        "gpus_per_node": [1, 2],
-        "model": ["small_cnn"],
-        "batch_size": [16],
-    },
-    "benchmark": {
-        "dataset": "cifar100",
-        "data_dir": "results/two-ecosystems/data",
-        "generate_cifar100_images": 256,
-        "image_size": 32,
-        "device": "cpu",
-        "warmup_steps": 1,
-        "iterations": 2,
-        "steps_per_iteration": 2,
-    },
-}
+# test_local_study's tiny CPU study (its benchmark settings, a data folder of
+# its own), with Horovod beside the two torch frameworks that mirror it.
+STUDY = study_variant(
+    "two-ecosystems",
+    grid={"framework": ["horovod", "torch-ddp", "horovod-torch"]},
+    torch_env=".venv-torch",
+)
 TORCH = {"torch-ddp", "horovod-torch"}
 
 
