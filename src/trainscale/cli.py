@@ -174,7 +174,7 @@ def _options() -> argparse.ArgumentParser:
         default=run_defaults.collective_timeout,
         metavar="SECONDS",
         help="a collective that waits this long for a stalled rank fails the run "
-        "(MultiWorkerMirrored, Horovod over Gloo; Horovod over MPI has no such "
+        "(MultiWorkerMirrored, Horovod over Gloo, DDP; Horovod over MPI has no such "
         "timeout: the watchdog bounds it) (0: wait forever)",
     )
     out.add_argument(
