@@ -258,11 +258,19 @@ def synthetic_batch(
     return images, labels
 
 
-def synthetic_dataset(**batch):
-    """One random batch per replica, repeated (Horovod's synthetic benchmark)."""
+def synthetic_dataset(*, shard_indices, **batch):
+    """One random batch per replica, repeated (Horovod's synthetic benchmark).
+
+    An input pipeline feeding several replicas (MirroredStrategy's one
+    pipeline) yields their batches in turn, which tf.distribute hands out
+    round-robin: replica r of the run trains on synthetic_batch(shard_index=r)
+    whichever framework runs it, as the examples' synthetic data does.
+    """
     import tensorflow as tf
 
-    return tf.data.Dataset.from_tensors(synthetic_batch(**batch)).repeat()
+    batches = [synthetic_batch(shard_index=index, **batch) for index in shard_indices]
+    images, labels = (np.stack(parts) for parts in zip(*batches))
+    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
 
 
 # --------------------------------------------------------------------------

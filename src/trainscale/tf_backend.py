@@ -53,8 +53,11 @@ def make_dataset_fn(settings: RunSettings):
     else:
 
         def dataset_fn(shard_index, num_shards, batch_size):
+            # Pipeline k of n feeds replicas k*r .. k*r + r-1 (r = replicas / n).
+            per_pipeline = settings.replicas // num_shards
+            first = shard_index * per_pipeline
             return synthetic_dataset(
-                shard_index=shard_index,
+                shard_indices=range(first, first + per_pipeline),
                 batch_size=batch_size,
                 image_size=settings.image_size,
                 num_classes=settings.num_classes,
