@@ -59,9 +59,10 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def horovod_command(settings: RunSettings, train_command: list[str]) -> list[str]:
-    ranks = str(settings.replicas)
-    if settings.horovod_launcher == "gloo":
+def horovod_command(ranks: int, launcher: str, command: list[str]) -> list[str]:
+    """`command` as `ranks` local Horovod ranks, started by mpirun or horovodrun --gloo."""
+    ranks = str(ranks)
+    if launcher == "gloo":
         return [
             sys.executable,
             "-m",
@@ -71,18 +72,46 @@ def horovod_command(settings: RunSettings, train_command: list[str]) -> list[str
             ranks,
             "-H",
             f"localhost:{ranks}",
-            *train_command,
+            *command,
         ]
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise SettingsError("--horovod-launcher mpi: no mpirun on PATH (install openmpi-bin)")
-    command = [mpirun, "-np", ranks, "--bind-to", "none", "--map-by", "slot", "--oversubscribe"]
+    mpirun_command = [mpirun, "-np", ranks, "--bind-to", "none", "--map-by", "slot"]
+    mpirun_command.append("--oversubscribe")
     if os.geteuid() == 0:
-        command.append("--allow-run-as-root")
+        mpirun_command.append("--allow-run-as-root")
     # Containers often forbid the cross-memory-attach syscalls Open MPI's
     # shared-memory transport tries first; falling back costs nothing here.
-    command += ["--mca", "btl_vader_single_copy_mechanism", "none"]
-    return command + train_command
+    mpirun_command += ["--mca", "btl_vader_single_copy_mechanism", "none"]
+    return mpirun_command + command
+
+
+def local_plan(
+    launch: str, processes: int, command: list[str], horovod_launcher: str = "mpi"
+) -> list[tuple[list[str], dict[str, str]]]:
+    """The (argv, extra environment) of `processes` local processes running
+    `command` as a framework of registry launch kind `launch` starts them: the
+    harness's ranks, and the examples' (trainscale.examples)."""
+    if launch == "horovod":
+        return [(horovod_command(processes, horovod_launcher, command), {})]
+    if launch == "torch-distributed":
+        port = free_ports(1)[0]
+        ranks = {"WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes)}
+        ranks.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        return [
+            (command, {**ranks, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+            for rank in range(processes)
+        ]
+    if launch == "multiworker":
+        addresses = [f"localhost:{port}" for port in free_ports(processes)]
+        plan = []
+        for index in range(processes):
+            task = {"type": "worker", "index": index}
+            tf_config = {"cluster": {"worker": addresses}, "task": task}
+            plan.append((command, {"TF_CONFIG": json.dumps(tf_config)}))
+        return plan
+    return [(command, {})]
 
 
 def process_plan(
@@ -106,25 +135,7 @@ def process_plan(
             "run multi-node points with `snakemake --profile profiles/slurm`"
         )
     launch = framework_spec(settings.framework).launch
-    if launch == "horovod":
-        return [(horovod_command(settings, train_command), {})]
-    if launch == "torch-distributed":
-        port = free_ports(1)[0]
-        ranks = {"WORLD_SIZE": str(processes_per_node), "LOCAL_WORLD_SIZE": str(processes_per_node)}
-        ranks.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        return [
-            (train_command, {**ranks, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-            for rank in range(processes_per_node)
-        ]
-    if launch == "multiworker":
-        addresses = [f"localhost:{port}" for port in free_ports(processes_per_node)]
-        plan = []
-        for index in range(processes_per_node):
-            task = {"type": "worker", "index": index}
-            tf_config = {"cluster": {"worker": addresses}, "task": task}
-            plan.append((train_command, {"TF_CONFIG": json.dumps(tf_config)}))
-        return plan
-    return [(train_command, {})]
+    return local_plan(launch, processes_per_node, train_command, settings.horovod_launcher)
 
 
 def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:
@@ -133,12 +144,17 @@ def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:
     One process that fails ends the others (they would wait in a collective
     forever); the watchdog ends them all after `options.timeout` seconds.
     """
-    plan = process_plan(settings, options)
     timeout = options.timeout
     if in_slurm_job():
         # SLURM's time limit, minus a margin, unless a shorter watchdog is set.
         limit = slurm_watchdog()
         timeout = min(t for t in (timeout, limit) if t) if (timeout or limit) else 0
+    return run_plan(process_plan(settings, options), timeout)
+
+
+def run_plan(plan: list[tuple[list[str], dict[str, str]]], timeout: float) -> LaunchResult:
+    """Start every process of `plan` and wait for all of them, `timeout` seconds
+    at most (0: no limit); one that fails ends the others."""
     processes, relays, oom_lines = [], [], []
     tree = ProcessTree()
     cgroup = MemoryCgroup.of_this_process()
