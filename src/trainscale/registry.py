@@ -183,7 +183,9 @@ def missing_module(name: str) -> str:
     module = _BY_NAME[name].requires
     top, _, framework = module.partition(".")
     spec = importlib.util.find_spec(top)
-    if spec is None:
+    # A folder of that name on sys.path with no __init__.py (the test suite's
+    # tests/torch/) is a namespace package, not the framework: origin None.
+    if spec is None or spec.origin is None:
         return module
     if framework:
         folders = spec.submodule_search_locations or []
