@@ -16,7 +16,7 @@ NODES ?= 2
 HARNESS_MODULES = $(addprefix src/trainscale/,__init__.py __main__.py settings.py cli.py \
 	launch.py training.py data.py models.py frameworks.py flops.py timing.py records.py registry.py \
 	backend.py tf_backend.py slurm.py supervision.py torch_backend.py torch_models.py \
-	torch_ddp.py horovod_torch.py)
+	torch_ddp.py horovod_torch.py examples.py) $(wildcard examples/*.py)
 # An older stack for the harness (make test-compat): Python 3.8 and TensorFlow
 # 2.11.0, as NVIDIA's tensorflow:23.03-tf2-py3 image has. pyenv's 3.8 if none is given.
 COMPAT_VENV ?= .venv-compat
@@ -83,10 +83,12 @@ bench: train-env torch-env analysis-env
 # Three environments, three pytest runs: the harness under TensorFlow, then
 # under torch (its models are held to Keras's, so it is told where TensorFlow
 # is), and the workflow (real Snakemake, which itself trains through both)
-# under .venv. The SLURM tests start the lab cluster themselves (and stop it after).
+# under .venv. tests/examples runs in both training suites, each time the
+# examples of that environment's ecosystem. The SLURM tests start the lab
+# cluster themselves (and stop it after).
 test: train-env torch-env analysis-env slurm-packages
-	$(TRAIN_VENV)/bin/python -m pytest tests/harness
-	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest tests/torch
+	$(TRAIN_VENV)/bin/python -m pytest tests/harness tests/examples
+	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest tests/torch tests/examples
 	$(VENV)/bin/python -m pytest tests/workflow
 
 test-slurm: train-env torch-env analysis-env slurm-packages
@@ -100,19 +102,19 @@ test-compat: system
 	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider tests/compat
 
 test-fast: train-env torch-env analysis-env
-	$(TRAIN_VENV)/bin/python -m pytest -m "not slow" tests/harness
-	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest -m "not slow" tests/torch
+	$(TRAIN_VENV)/bin/python -m pytest -m "not slow" tests/harness tests/examples
+	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest -m "not slow" tests/torch tests/examples
 	$(VENV)/bin/python -m pytest -m "not slow" tests/workflow
 
 lint: train-env analysis-env
-	$(TRAIN_VENV)/bin/ruff check src tests tools bench workflow/scripts
-	$(TRAIN_VENV)/bin/ruff format --check src tests tools bench workflow/scripts
+	$(TRAIN_VENV)/bin/ruff check src tests tools bench examples workflow/scripts
+	$(TRAIN_VENV)/bin/ruff format --check src tests tools bench examples workflow/scripts
 	$(TRAIN_VENV)/bin/vermin --no-tips --backport dataclasses --target=3.8- --violations $(HARNESS_MODULES)
 	$(VENV)/bin/snakefmt --check Snakefile workflow
 	$(VENV)/bin/snakemake --lint
 
 format: train-env analysis-env
-	$(TRAIN_VENV)/bin/ruff format src tests tools bench workflow/scripts
+	$(TRAIN_VENV)/bin/ruff format src tests tools bench examples workflow/scripts
 	$(TRAIN_VENV)/bin/ruff check --fix src tests tools bench workflow/scripts
 	$(VENV)/bin/snakefmt Snakefile workflow
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -192,3 +193,87 @@ def assert_a_killed_rank_ends_the_run(run_args: list[str], output: Path, first_b
     assert time.monotonic() - killed_at < 30  # no rank left waiting in a collective
     assert not output.exists()
     assert "exited with" in printed.text()
+
+
+# --------------------------------------------------------------------------
+# The example scripts (examples/), run as `trainscale example` runs them
+# --------------------------------------------------------------------------
+
+# The harness's default seed, and plain SGD: the update is linear in the
+# gradient, so an example and the harness agree to float32 rounding.
+EXAMPLE_SEED = "1234"
+EXAMPLE_SGD = ["--optimizer", "sgd", "--learning-rate", "0.05", "--seed", EXAMPLE_SEED]
+# Measured on this code (AMD EPYC, 2 cores): equal to the 6 printed decimals
+# for every framework (see the tests' printed lines).
+EXAMPLE_LOSS_TOLERANCE = 1e-5
+
+
+def example_frameworks() -> list[str]:
+    """Every framework of each ecosystem this Python runs at least one of."""
+    from trainscale.registry import REGISTRY, missing_module
+
+    ecosystems = {spec.ecosystem for spec in REGISTRY if not missing_module(spec.name)}
+    return [spec.name for spec in REGISTRY if spec.ecosystem in ecosystems]
+
+
+def example_replicas(framework: str) -> int:
+    """2 CPU replicas where the framework is distributed, else 1."""
+    from trainscale.registry import framework_spec
+
+    return 1 if framework_spec(framework).one_device else 2
+
+
+def run_example(framework: str, *script_args: str, timeout: float = 600):
+    """`trainscale example FRAMEWORK` on its CPU replicas; its losses, step by step."""
+    result = trainscale(
+        "example",
+        framework,
+        "--replicas",
+        str(example_replicas(framework)),
+        "--timeout",
+        str(timeout),
+        "--",
+        *script_args,
+        check=True,
+        timeout=timeout + 60,
+    )
+    losses = [float(v) for v in re.findall(r"^step \d+/\d+: loss (\S+)$", result.stdout, re.M)]
+    return losses, result.stdout
+
+
+def check_example_trains_on_the_archive(framework: str, archive_dir: str) -> None:
+    """2 steps on the CIFAR-100-format archive: every step logged once (by the
+    chief only), finite losses and a total rate."""
+    import math
+
+    losses, stdout = run_example(
+        framework, "--data-dir", archive_dir, "--steps", "2", "--batch-size", "4"
+    )
+    assert len(losses) == 2, stdout  # one chief prints, the other ranks do not
+    assert all(math.isfinite(loss) and loss > 0 for loss in losses), losses
+    assert re.search(r"^images/sec: \d", stdout, re.M), stdout
+
+
+def check_example_matches_the_harness(framework: str, tmp_path) -> None:
+    """The example and the harness, same seed, synthetic batch and SGD: the
+    same loss at step 2 (after one update), so the two cannot drift apart."""
+    replicas = example_replicas(framework)
+    losses, stdout = run_example(
+        framework, "--synthetic", "--steps", "2", "--batch-size", "2", *EXAMPLE_SGD
+    )
+    output = tmp_path / "harness.json"
+    trainscale(
+        "run",
+        *("--framework", framework, "--gpus-per-node", str(replicas)),
+        *("--model", "vgg16", "--image-size", "32", "--device", "cpu"),
+        *("--batch-size", "2", "--dataset", "synthetic", *EXAMPLE_SGD),
+        *("--warmup-steps", "1", "--iterations", "1", "--steps-per-iteration", "1"),
+        *("--output", str(output)),
+        check=True,
+        timeout=600,
+    )
+    harness = load_json(output)["final_loss"]
+    assert len(losses) == 2, stdout
+    print(f"{framework}: example {losses[1]:.6f}, harness {harness:.6f}")
+    assert abs(losses[0] - losses[1]) > 100 * EXAMPLE_LOSS_TOLERANCE  # the step moved it
+    assert abs(losses[1] - harness) <= EXAMPLE_LOSS_TOLERANCE

@@ -1,4 +1,6 @@
-"""The `trainscale` command: `train` (one process) and `run` (one grid point, locally)."""
+"""The `trainscale` command: `train` (one process), `run` (one grid point,
+locally), `example` (a framework's example script, locally) and `refactoring`
+(how much each example changes its base)."""
 
 from __future__ import annotations
 
@@ -203,7 +205,18 @@ def parse(argv: list[str] | None = None):
         "train", parents=[common], help="one process of a run (what srun/mpirun start)"
     )
     commands.add_parser("run", parents=[common], help="every process of one grid point, here")
+    _example_parser(commands)
+    _refactoring_parser(commands)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `example`'s own options end at --; the script's follow.
+    script_arguments = []
+    if argv[:1] == ["example"] and "--" in argv:
+        script_arguments = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
     args = parser.parse_args(argv)
+    if args.command in ("example", "refactoring"):
+        args.arguments = script_arguments
+        return args, None, None
     settings = RunSettings(**_fields_of(RunSettings, args))
     if args.global_batch_size is not None:
         settings = with_global_batch(settings, args.global_batch_size)
@@ -217,11 +230,66 @@ def _fields_of(kind, args, renamed=None) -> dict:
     return {f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values}
 
 
+def _example_parser(commands) -> None:
+    p = commands.add_parser(
+        "example",
+        help="run a framework's example script (examples/) here, as `run` starts its ranks",
+        description="Everything after -- goes to the script (e.g. -- --synthetic --steps 10).",
+    )
+    p.add_argument("framework", choices=FRAMEWORKS)
+    p.add_argument("--replicas", type=int, default=1, help="GPUs, or CPU replicas (default 1)")
+    p.add_argument("--device", choices=DEVICES, default="cpu")
+    p.add_argument("--horovod-launcher", choices=HOROVOD_LAUNCHERS, default="mpi")
+    p.add_argument("--timeout", type=float, default=0, help="stop it after this long (0: none)")
+
+
+def _refactoring_parser(commands) -> None:
+    p = commands.add_parser(
+        "refactoring",
+        help="how much each framework's example changes its single-device base",
+        description="Writes refactoring.csv, .md and .tex, and a side-by-side diff per "
+        "framework, to --output-dir.",
+    )
+    p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    p.add_argument("--output-dir", default=".")
+
+
+def _example(args) -> int:
+    from trainscale.examples import example_plan
+    from trainscale.launch import run_plan
+
+    if args.replicas < 1:
+        raise SettingsError("--replicas must be at least 1")
+    spec = framework_spec(args.framework)
+    if spec.one_device and args.replicas != 1:
+        raise SettingsError(f"{args.framework} runs on one device: --replicas must be 1")
+    plan = example_plan(
+        args.framework, args.replicas, args.device, args.arguments, args.horovod_launcher
+    )
+    result = run_plan(plan, args.timeout)
+    if result.timed_out:
+        print(f"trainscale example: stopped after {result.seconds:.0f} s", file=sys.stderr)
+    return 0 if result.code == 0 else 1
+
+
+def _refactoring(args) -> int:
+    from trainscale.refactoring import write_refactoring
+
+    for path in write_refactoring(args.frameworks, args.output_dir):
+        print(path)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     prog = "trainscale"
     try:
         args, settings, options = parse(argv)
         prog = f"trainscale {args.command}"
+        if args.command == "example":
+            _require(args.framework)
+            return _example(args)
+        if args.command == "refactoring":
+            return _refactoring(args)
         validate(settings)
         nonnegative = (
             "expect_cuda_devices",
@@ -233,14 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         for option in nonnegative:
             if getattr(args, option) < 0:
                 raise SettingsError(f"--{option.replace('_', '-')} must be zero or positive")
-        missing = missing_module(settings.framework)
-        if missing:
-            spec = framework_spec(settings.framework)
-            raise SettingsError(
-                f"--framework {settings.framework} needs {missing}, which {sys.executable} "
-                f"cannot import: run it from its environment ({spec.environment} in a study "
-                f"config, built by make {spec.environment.replace('_', '-')})"
-            )
+        _require(settings.framework)
         if args.command == "train":
             return _train(settings, options)
         return _run(settings, options)
@@ -256,6 +317,17 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _require(framework: str) -> None:
+    missing = missing_module(framework)
+    if missing:
+        spec = framework_spec(framework)
+        raise SettingsError(
+            f"--framework {framework} needs {missing}, which {sys.executable} "
+            f"cannot import: run it from its environment ({spec.environment} in a study "
+            f"config, built by make {spec.environment.replace('_', '-')})"
+        )
 
 
 # Exit code of a process that ran out of memory; `run` turns it into a record.

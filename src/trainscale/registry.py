@@ -58,6 +58,9 @@ class FrameworkSpec:
     # framework in a Python that lacks it (horovod-torch needs Horovod built
     # with its torch extension, which the TensorFlow environment never has).
     requires: str = ""
+    # Its example script, below examples/: the study's workload written as the
+    # framework's documentation teaches (trainscale.examples, .refactoring).
+    example: str = ""
 
     def processes_per_node(self, gpus_per_node: int, device: str) -> int:
         """How many OS processes one node runs for G GPUs (replicas) per node."""
@@ -81,6 +84,7 @@ REGISTRY = (
         knobs=TENSORFLOW_KNOBS,
         requires="tensorflow",
         backend="trainscale.tf_backend:TensorFlowBackend",
+        example="tf_single.py",
     ),
     FrameworkSpec(
         "horovod",
@@ -91,6 +95,7 @@ REGISTRY = (
         knobs=TENSORFLOW_KNOBS + HOROVOD_KNOBS,
         requires="horovod.tensorflow",
         backend="trainscale.tf_backend:TensorFlowBackend",
+        example="tf_horovod.py",
     ),
     FrameworkSpec(
         "tf-mirrored",
@@ -102,6 +107,7 @@ REGISTRY = (
         knobs=TENSORFLOW_KNOBS,
         requires="tensorflow",
         backend="trainscale.tf_backend:TensorFlowBackend",
+        example="tf_mirrored.py",
     ),
     FrameworkSpec(
         "tf-multiworker",
@@ -112,6 +118,7 @@ REGISTRY = (
         knobs=TENSORFLOW_KNOBS + ("collective_implementation", "all_reduce_pack_mb"),
         requires="tensorflow",
         backend="trainscale.tf_backend:TensorFlowBackend",
+        example="tf_multiworker.py",
     ),
     FrameworkSpec(
         "torch-single",
@@ -125,6 +132,7 @@ REGISTRY = (
         compared_with="tf-single",
         requires="torch",
         backend="trainscale.torch_backend:TorchBackend",
+        example="torch_single.py",
     ),
     FrameworkSpec(
         "torch-ddp",
@@ -136,6 +144,7 @@ REGISTRY = (
         compared_with="horovod",
         requires="torch",
         backend="trainscale.torch_ddp:DistributedDataParallel",
+        example="torch_ddp.py",
     ),
     FrameworkSpec(
         "horovod-torch",
@@ -147,6 +156,7 @@ REGISTRY = (
         compared_with="horovod",
         requires="horovod.torch",
         backend="trainscale.horovod_torch:Horovod",
+        example="torch_horovod.py",
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)
