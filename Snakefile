@@ -27,6 +27,7 @@ if not FOLDER.read_only:
 
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/refactoring.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/plan.smk"
 

@@ -16,6 +16,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from trainscale.records import atomic_path  # noqa: E402
+from trainscale.registry import framework_spec  # noqa: E402
 from trainscale.registry import label as framework_label  # noqa: E402
 from trainscale.tables import PANEL  # noqa: E402
 from trainscale.tidy import series_label, series_order  # noqa: E402
@@ -243,6 +244,52 @@ def utilisation(combined: pd.DataFrame, paths: list[str], note=None):
     _finish(fig, panels, paths, "Model FLOPs utilisation", note)
 
 
+def _shared_gpu_count(variant: pd.DataFrame) -> int | None:
+    """The most GPUs at which every multi-device framework of a panel has a result."""
+    counts = [
+        set(part["gpus"])
+        for framework, part in variant.groupby("framework")
+        if not framework_spec(framework).one_device
+    ]
+    shared = set.intersection(*counts) if counts else set()
+    return max(shared) if shared else None
+
+
+def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, paths, note=None):
+    """The paper's trade-off: each framework's throughput on N GPUs against the
+    lines its example changes from the single-device script (its base, at 0
+    lines, on 1 GPU). N is the most GPUs every multi-device framework of the
+    panel reached, on the fewest nodes."""
+    touched = dict(zip(refactoring["framework"], refactoring["lines_touched"], strict=True))
+    frame = combined[combined["framework"].isin(touched)]
+    markers = "osD^vP*X"
+    palette = sns.color_palette("colorblind", n_colors=10)
+    fig, panels = _panels(frame)
+    for ax, variant in panels:
+        shared = _shared_gpu_count(variant)
+        for index, (series, part) in enumerate(
+            sorted(variant.groupby("series"), key=lambda kv: series_order(kv[0]))
+        ):
+            framework = part["framework"].iloc[0]
+            gpus = 1 if framework_spec(framework).one_device else shared or part["gpus"].max()
+            point = part[part["gpus"] == gpus].sort_values("nodes").head(1)
+            if point.empty:
+                continue
+            ax.errorbar(
+                [touched[framework]],
+                point["images_per_sec_mean"],
+                yerr=point["images_per_sec_std"],
+                label=f"{series_label(series)}, {_plural(int(gpus), 'GPU')}",
+                color=palette[index % len(palette)],
+                marker=markers[index % len(markers)],
+                linestyle="none",
+                capsize=3,
+            )
+        ax.set(xlabel="Lines of the single-device script touched", ylabel=THROUGHPUT)
+        ax.set_xlim(left=-2)
+    _finish(fig, panels, paths, "Throughput against refactoring effort", note)
+
+
 def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], note=None):
     """Measured and reference throughput at the grid points both have."""
     from trainscale.tidy import add_series
@@ -272,6 +319,7 @@ def write_figures(
     framework: str,
     reference_records: list[str] = (),
     workers: int = 1,
+    refactoring_csv: str | None = None,
 ) -> None:
     """Every figure of a study, each drawn on its own by one of `workers` processes.
 
@@ -304,6 +352,11 @@ def write_figures(
         (frameworks, (combined, paths("frameworks"), note)),
         (utilisation, (combined, paths("mfu"), note)),
     ]
+    if refactoring_csv:
+        refactoring = pd.read_csv(refactoring_csv)
+        drawings.append(
+            (refactoring_tradeoff, (combined, refactoring, paths("refactoring_tradeoff"), note))
+        )
     if reference:
         comparison = reference_table(
             combined, reference_combined(reference, list(reference_records))

@@ -13,7 +13,7 @@ import yaml
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SNAKEMAKE = os.path.join(os.path.dirname(sys.executable), "snakemake")
 # What a fresh clone has that the workflow needs (the published cache included).
-WORKFLOW_FILES = ["Snakefile", "config.yaml", "workflow", "src", "profiles", "envs"]
+WORKFLOW_FILES = ["Snakefile", "config.yaml", "workflow", "src", "profiles", "envs", "examples"]
 
 
 def load_yaml(path):

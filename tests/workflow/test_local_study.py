@@ -83,10 +83,22 @@ def test_records_tables_and_figures(study):
         "efficiency",
         "frameworks",
         "mfu",
+        "refactoring_tradeoff",
         "vs_reference",
     ):
         for ext in ("png", "pdf"):
             assert os.path.getsize(os.path.join(folder, "figures", f"{name}.{ext}")) > 1000
+    # The refactoring table: every framework of the study, a diff for each
+    # that changes its base (tf-single is the base).
+    refactoring = pd.read_csv(os.path.join(folder, "tables", "refactoring.csv"))
+    assert list(refactoring["framework"]) == STUDY["grid"]["framework"]
+    assert refactoring.set_index("framework").loc["tf-single", "lines_touched"] == 0
+    assert (
+        refactoring.set_index("framework").loc[["horovod", "tf-mirrored"], "lines_touched"] > 0
+    ).all()
+    for framework in ("horovod", "tf-mirrored"):
+        assert os.path.getsize(os.path.join(folder, "refactoring", f"{framework}.html")) > 1000
+    assert not os.path.exists(os.path.join(folder, "refactoring", "tf-single.html"))
     # The study's exact config is saved beside its results, and regenerates them.
     saved = yaml.safe_load(Path(folder, "config.yaml").read_text())
     assert saved["grid"] == {**STUDY["grid"], "repeats": 1} and saved["study"] == "tiny-cpu"

@@ -26,7 +26,8 @@ from trainscale.study import (
     slurm_resources,
     train_arguments,
 )
-from trainscale.registry import framework_spec
+from trainscale.registry import framework_spec, table_order
+from trainscale.examples import base_of
 from trainscale.study_folder import check_study_folder, save_study_config
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
@@ -160,7 +161,29 @@ FIGURES = [
     "efficiency",
     "frameworks",
     "mfu",
+    "refactoring_tradeoff",
 ] + (["vs_reference"] if REFERENCE else [])
+
+# The refactoring analysis: the study's frameworks and each one's
+# single-device base (what its example changes), in table order.
+REFACTORED = sorted(
+    {p.framework for p in POINTS} | {base_of(p.framework) for p in POINTS},
+    key=table_order,
+)
+
+
+def example_files():
+    return [
+        os.path.join(workflow.basedir, "examples", framework_spec(f).example)
+        for f in REFACTORED
+    ]
+
+
+def refactoring_files():
+    """refactoring.{csv,md,tex}, and a side-by-side diff per framework that is not a base."""
+    tables = [f"{RESULTS}/tables/refactoring.{ext}" for ext in ("csv", "md", "tex")]
+    diffs = [f"{RESULTS}/refactoring/{f}.html" for f in REFACTORED if base_of(f) != f]
+    return tables, diffs
 
 
 def table_files(extensions=("csv", "md", "tex")):
@@ -180,6 +203,8 @@ def all_outputs():
         f"{RESULTS}/plan.csv",
         f"{RESULTS}/throughput.csv",
         *table_files(),
+        *refactoring_files()[0],
+        *refactoring_files()[1],
         *figure_files(),
     ]
 

@@ -1,11 +1,13 @@
-# The paper's weak-scaling figures, efficiency, the framework comparison and
-# (with a reference study) measured vs reference.
+# The paper's weak-scaling figures, efficiency, the framework comparison,
+# throughput against refactoring effort and (with a reference study)
+# measured vs reference.
 
 
 rule figures:
     input:
         tidy=f"{RESULTS}/throughput.csv",
         reference=reference_record_files(),
+        refactoring=f"{RESULTS}/tables/refactoring.csv",
     output:
         figures=[
             report(path, category="Figures", caption="../report/figures.rst")

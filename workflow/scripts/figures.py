@@ -12,4 +12,5 @@ write_figures(
     snakemake.params.framework,
     list(snakemake.input.reference),
     workers=snakemake.threads,
+    refactoring_csv=snakemake.input.refactoring,
 )
