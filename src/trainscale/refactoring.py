@@ -344,6 +344,7 @@ DISPLAY = {
     "added": "Added",
     "removed": "Removed",
     "changed": "Changed",
+    "lines_touched": "Lines touched",
     "base_share_touched": "Base touched",
     "api_names_introduced": "New API names",
     "concepts": "Concepts to learn",
