@@ -107,6 +107,10 @@ class Backend:
         """The model's trainable weights, in the model's order (the equivalence tests)."""
         raise NotImplementedError
 
+    def trainable_parameters(self) -> int:
+        """How many numbers a gradient all-reduce moves (trainscale.predict)."""
+        raise NotImplementedError
+
     def peak_memory(self) -> dict:
         """This process's peak: the GPU allocator's, else the peak RSS."""
         import resource

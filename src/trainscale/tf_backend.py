@@ -150,6 +150,9 @@ class TensorFlowBackend(Backend):
     def trainable_weights(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.model.trainable_variables]
 
+    def trainable_parameters(self) -> int:
+        return int(sum(v.shape.num_elements() for v in self.model.trainable_variables))
+
     def peak_memory(self) -> dict:
         if self.settings.device != "gpu":
             return super().peak_memory()

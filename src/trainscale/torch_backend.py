@@ -191,6 +191,9 @@ class TorchBackend(Backend):
             p.detach().cpu().numpy().copy() for p in self.module.parameters() if p.requires_grad
         ]
 
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.module.parameters() if p.requires_grad)
+
     def peak_memory(self) -> dict:
         if self.settings.device != "gpu":
             return super().peak_memory()

@@ -179,6 +179,7 @@ def _record(
         "processes": backend.num_processes,
         **summary,
         "device_name": name,
+        "trainable_parameters": backend.trainable_parameters(),
         **utilisation(
             summary["images_per_sec"]["mean"],
             backend.training_flops_per_image(),

@@ -5,7 +5,7 @@ import socket
 import pytest
 from conftest import TINY, load_json, trainscale
 
-from trainscale.flops import forward_flops_per_image
+from trainscale.flops import KNOWN_TRAINABLE_PARAMETERS, forward_flops_per_image
 
 CASES = [
     # (framework, replicas, horovod launcher, processes)
@@ -78,6 +78,8 @@ def test_framework_run_writes_an_ok_record(
     # Achieved FLOP/s from the model's count; on a CPU no peak, so no MFU.
     flops = record["training_flops_per_image"]
     assert flops == 3 * forward_flops_per_image("small_cnn", 32, 100)
+    # What a gradient all-reduce moves (trainscale.predict reads it).
+    assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("small_cnn", 32)]
     assert record["achieved_tflops"] == pytest.approx(rate["mean"] * flops / 1e12)
     assert record["mfu"] is None and record["peak_basis"].startswith("unknown")
     assert record["device_name"] and record["device_name"] != "unknown CPU"

@@ -6,6 +6,7 @@ import subprocess
 import pytest
 from runs import TINY, TRAINSCALE, load_json, trainscale
 
+from trainscale.flops import KNOWN_TRAINABLE_PARAMETERS
 from trainscale.registry import REGISTRY, framework_spec
 from trainscale.supervision import OOM_SIGNS
 
@@ -40,6 +41,8 @@ def test_each_torch_framework_runs_and_records_every_process(tmp_path, cifar_dir
     rate = record["images_per_sec"]["mean"]
     assert rate == pytest.approx(record["per_replica_images_per_sec"]["mean"] * replicas)
     assert record["training_flops_per_image"] > 0 and record["final_loss"] > 0
+    # Keras's count: the torch model is its twin (trainscale.predict reads it).
+    assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("small_cnn", 32)]
     assert "images/sec total" in result.stdout
 
 
