@@ -29,6 +29,7 @@ include: "workflow/rules/collect.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/refactoring.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/predict.smk"
 include: "workflow/rules/plan.smk"
 
 

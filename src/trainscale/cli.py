@@ -1,6 +1,7 @@
 """The `trainscale` command: `train` (one process), `run` (one grid point,
-locally), `example` (a framework's example script, locally) and `refactoring`
-(how much each example changes its base)."""
+locally), `example` (a framework's example script, locally), `refactoring`
+(how much each example changes its base) and `predict` (throughput past the
+measured cells, from a study's throughput.csv)."""
 
 from __future__ import annotations
 
@@ -207,6 +208,7 @@ def parse(argv: list[str] | None = None):
     commands.add_parser("run", parents=[common], help="every process of one grid point, here")
     _example_parser(commands)
     _refactoring_parser(commands)
+    _predict_parser(commands)
     argv = list(sys.argv[1:] if argv is None else argv)
     # `example`'s own options end at --; the script's follow.
     script_arguments = []
@@ -214,7 +216,7 @@ def parse(argv: list[str] | None = None):
         script_arguments = argv[argv.index("--") + 1 :]
         argv = argv[: argv.index("--")]
     args = parser.parse_args(argv)
-    if args.command in ("example", "refactoring"):
+    if args.command in ("example", "refactoring", "predict"):
         args.arguments = script_arguments
         return args, None, None
     settings = RunSettings(**_fields_of(RunSettings, args))
@@ -254,6 +256,35 @@ def _refactoring_parser(commands) -> None:
     p.add_argument("--output-dir", default=".")
 
 
+def _predict_parser(commands) -> None:
+    p = commands.add_parser(
+        "predict",
+        help="fit the step model to a study's records; predict a larger grid",
+        description="Writes predicted.{csv,md,tex}, predicted_parameters.* and "
+        "predicted_holdout.* and predicted.png to --output-dir. Needs no TensorFlow or torch.",
+    )
+    p.add_argument("throughput", help="a study's throughput.csv (results/STUDY/throughput.csv)")
+    p.add_argument("--output-dir", default=".")
+    # Defaults (trainscale.predict, with pandas) are read only when predicting:
+    # the harness's environments have no pandas.
+    p.add_argument("--nodes", type=int, nargs="+", help="default: 1 2 4 ... 64")
+    p.add_argument("--gpus-per-node", type=int, nargs="+", help="default: 4")
+
+
+def _predict(args) -> int:
+    from trainscale.predict import PREDICT_GPUS_PER_NODE, PREDICT_NODES, write_predictions
+
+    args.nodes = args.nodes or list(PREDICT_NODES)
+    args.gpus_per_node = args.gpus_per_node or list(PREDICT_GPUS_PER_NODE)
+    if not os.path.isfile(args.throughput):
+        raise SettingsError(f"{args.throughput}: no such file (run the study's collect first)")
+    if min(args.nodes + args.gpus_per_node) < 1:
+        raise SettingsError("--nodes and --gpus-per-node must be at least 1")
+    figures = [os.path.join(args.output_dir, f"predicted.{ext}") for ext in ("png", "pdf")]
+    write_predictions(args.throughput, args.output_dir, figures, args.nodes, args.gpus_per_node)
+    return 0
+
+
 def _example(args) -> int:
     from trainscale.examples import example_plan
     from trainscale.launch import run_plan
@@ -290,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             return _example(args)
         if args.command == "refactoring":
             return _refactoring(args)
+        if args.command == "predict":
+            return _predict(args)
         validate(settings)
         nonnegative = (
             "expect_cuda_devices",

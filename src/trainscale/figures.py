@@ -290,6 +290,57 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
     _finish(fig, panels, paths, "Throughput against refactoring effort", note)
 
 
+def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
+    """Per fitted series: the measured cells (mean ± std), the predicted
+    throughput for each GPUs-per-node of the target grid with its 95 % band,
+    and the ideal line (the 1-GPU rate times the GPUs)."""
+    shown = [s for s in series_list if s in fitted and not isinstance(fitted[s], str)]
+    sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
+    columns = min(3, max(1, len(shown)))
+    rows = -(-max(1, len(shown)) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.6 * columns, 3.8 * rows), layout="constrained", squeeze=False
+    )
+    palette = sns.color_palette("colorblind", n_colors=10)
+    for ax in list(axes.flat)[len(shown) :]:
+        ax.set_visible(False)
+    for ax, series in zip(axes.flat, shown, strict=False):
+        part = table[
+            (table["framework"] == series.framework)
+            & (table["model"] == series.model)
+            & (table["batch_size"] == series.batch_size)
+            & (table["knobs"] == series.knobs)
+        ]
+        for index, (gpus_per_node, line) in enumerate(part.groupby("gpus_per_node")):
+            line = line.sort_values("gpus")
+            colour = palette[index % len(palette)]
+            ax.plot(line["gpus"], line["predicted_images_per_sec"], color=colour, marker=".",
+                    label=f"predicted, {gpus_per_node} GPUs/node")  # fmt: skip
+            ax.fill_between(line["gpus"], line["low_images_per_sec"],
+                            line["high_images_per_sec"], color=colour, alpha=0.2)  # fmt: skip
+        cells = series.cells
+        ax.errorbar([c.gpus for c in cells], [c.images_per_sec for c in cells],
+                    yerr=[c.std for c in cells], fmt="o", color="black", markersize=3,
+                    capsize=2, label="measured")  # fmt: skip
+        single = series.batch_size / fitted[series].model.compute
+        most = max([c.gpus for c in cells] + list(part["gpus"]))
+        ax.plot([1, most], [single, single * most], color="gray", linestyle="--", label="ideal")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{series.name} ({fitted[series].model.algorithm})", fontsize="small")
+        ax.set(xlabel="GPUs (all hosts)", ylabel=THROUGHPUT)
+        ax.legend(fontsize="x-small")
+    if not shown:
+        axes.flat[0].text(0.5, 0.5, "no series to fit", ha="center", va="center")
+    fig.suptitle(
+        "Predicted throughput: the fitted step model, its 95 % band, and the measured cells"
+    )
+    for path in paths:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=150)
+    plt.close(fig)
+
+
 def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], note=None):
     """Measured and reference throughput at the grid points both have."""
     from trainscale.tidy import add_series

@@ -99,6 +99,12 @@ def test_records_tables_and_figures(study):
     for framework in ("horovod", "tf-mirrored"):
         assert os.path.getsize(os.path.join(folder, "refactoring", f"{framework}.html")) > 1000
     assert not os.path.exists(os.path.join(folder, "refactoring", "tf-single.html"))
+    # The step model's held-out check: one node of 1-2 CPU replicas leaves a
+    # fit on 1 GPU only, which has no communication to fit; the table says so.
+    holdout = pd.read_csv(os.path.join(folder, "tables", "predicted_holdout.csv"))
+    print(Path(folder, "tables", "predicted_holdout.md").read_text())
+    assert set(holdout["framework"]) == {"horovod", "tf-mirrored"}
+    assert os.path.getsize(os.path.join(folder, "figures", "predicted.png")) > 1000
     # The study's exact config is saved beside its results, and regenerates them.
     saved = yaml.safe_load(Path(folder, "config.yaml").read_text())
     assert saved["grid"] == {**STUDY["grid"], "repeats": 1} and saved["study"] == "tiny-cpu"

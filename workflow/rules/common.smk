@@ -186,6 +186,17 @@ def refactoring_files():
     return tables, diffs
 
 
+PREDICTED_TABLES = ["predicted", "predicted_parameters", "predicted_holdout"]
+
+
+def predicted_table_files():
+    return [
+        f"{RESULTS}/tables/{t}.{ext}"
+        for t in PREDICTED_TABLES
+        for ext in ("csv", "md", "tex")
+    ]
+
+
 def table_files(extensions=("csv", "md", "tex")):
     return [f"{RESULTS}/tables/{t}.{ext}" for t in TABLES for ext in extensions]
 
@@ -205,6 +216,9 @@ def all_outputs():
         *table_files(),
         *refactoring_files()[0],
         *refactoring_files()[1],
+        *predicted_table_files(),
+        f"{RESULTS}/figures/predicted.png",
+        f"{RESULTS}/figures/predicted.pdf",
         *figure_files(),
     ]
 

@@ -1,0 +1,637 @@
+"""Predicting throughput past the measured cells: a model of one training step,
+fitted to a study's own records and checked against cells it never saw.
+
+For one series (a framework at one model, image size, batch per GPU and
+knobs), a step on `nodes` x `gpus` replicas (p = nodes * gpus) takes
+
+    step      = compute + exposed
+    compute   = batch / (the 1-GPU run's images/sec)      (no communication there)
+    exposed   = max(0, allreduce - overlap * backward)    backward = 2/3 of compute
+    allreduce = the gradient's all-reduce, B bytes (trainable parameters x
+                bytes per element on the wire: 2 with fp16 compression, else 4):
+      ring:         2(p-1)/p * B / bandwidth + 2(p-1) * latency, over the
+                    slowest link the ring crosses: the node's own (intra) on
+                    one node, the network (inter) across nodes. NCCL's and
+                    Horovod's default, one flat ring over every replica.
+      hierarchical: an intra-node ring over the node's GPUs, then an
+                    inter-node ring over the nodes carrying the node's whole
+                    B through its network link: 2(g-1)/g * B / bw_intra +
+                    2(g-1) * lat_intra + 2(n-1)/n * B / bw_inter + 2(n-1) * lat_inter.
+
+and images/sec = p * batch / step. The five parameters (bandwidth and
+latency, intra- and inter-node, and the overlapped fraction of the backward
+pass) are fitted by least squares on the relative error of the step time over
+the series' measured multi-GPU cells, for both algorithms; the one that fits
+better is kept and named. A link no fitted cell crosses cannot be fitted: it
+is taken equal to the other one, and the parameter table says so.
+
+Uncertainty is a bootstrap (BOOTSTRAP_FITS fits): each cell's mean is redrawn
+from its record's timed blocks (resampled with replacement), or, for records
+with no blocks (the published ones), from a normal with the record's std.
+The 95 % band of a prediction adds to the refits' spread a resampled
+relative residual of the fit, so it bounds a new measurement, not only the
+model's mean.
+
+Held-out validation: the same fit on the smaller cells only (nodes at most
+half the study's largest, or, on one node, GPUs at most half the largest),
+against the larger cells it did not see, as a mean absolute percentage
+error (MAPE) per series, and how many of them fall inside the 95 % band.
+
+Needs NumPy, SciPy and pandas: no TensorFlow, no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from trainscale.flops import KNOWN_TRAINABLE_PARAMETERS
+from trainscale.registry import framework_spec, label, table_order
+
+ALGORITHMS = ("ring", "hierarchical")
+# The grid predicted when a study's config names none (the schema's defaults).
+PREDICT_NODES = (1, 2, 4, 8, 16, 32, 64)
+PREDICT_GPUS_PER_NODE = (4,)
+BOOTSTRAP_FITS = 200
+BACKWARD_SHARE = 2 / 3  # of a step's compute: the backward pass is about 2 forwards
+BYTES_PER_ELEMENT = {"none": 4, "fp16": 2}
+# The parameter vector: seconds per byte and seconds per ring step, per link.
+PARAMETERS = ("seconds_per_byte_intra", "latency_intra", "seconds_per_byte_inter",
+              "latency_inter", "overlap")  # fmt: skip
+
+
+class PredictError(Exception):
+    """A series that cannot be fitted (why, in one line)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    nodes: int
+    gpus_per_node: int
+    images_per_sec: float
+    std: float
+    samples: tuple[float, ...] = ()
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def redrawn(self, rng: np.random.Generator) -> Cell:
+        """The cell with its mean redrawn: from its blocks, or its std."""
+        if len(self.samples) > 1:
+            mean = float(np.mean(rng.choice(self.samples, size=len(self.samples))))
+        else:
+            mean = float(rng.normal(self.images_per_sec, self.std or 0.0))
+        return Cell(self.nodes, self.gpus_per_node, max(mean, 1e-9), self.std, self.samples)
+
+
+@dataclass(frozen=True)
+class Series:
+    framework: str
+    model: str
+    image_size: int
+    batch_size: int
+    knobs: str
+    gradient_bytes: int
+    cells: tuple[Cell, ...]
+
+    @property
+    def name(self) -> str:
+        knobs = f", {self.knobs}" if self.knobs else ""
+        return f"{label(self.framework)}, {self.model} b{self.batch_size}{knobs}"
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """One fitted step: compute seconds, the five parameters, the algorithm."""
+
+    compute: float
+    parameters: tuple[float, ...]  # in PARAMETERS order
+    algorithm: str
+    gradient_bytes: int
+    batch_size: int
+    tied: tuple[str, ...] = ()  # links taken equal to the other (no cell crossed them)
+
+    def step_seconds(self, nodes, gpus_per_node) -> np.ndarray:
+        return step_seconds(
+            self.parameters, self.compute, self.gradient_bytes, self.algorithm, nodes, gpus_per_node
+        )
+
+    def images_per_sec(self, nodes, gpus_per_node) -> np.ndarray:
+        nodes, gpus_per_node = np.asarray(nodes), np.asarray(gpus_per_node)
+        return nodes * gpus_per_node * self.batch_size / self.step_seconds(nodes, gpus_per_node)
+
+
+def allreduce_terms(gradient_bytes, algorithm, nodes, gpus_per_node) -> np.ndarray:
+    """Per cell, what multiplies each link parameter (seconds per byte, latency;
+    intra then inter) in the all-reduce's seconds: a (cells, 4) matrix."""
+    n = np.atleast_1d(np.asarray(nodes, dtype=float))
+    g = np.atleast_1d(np.asarray(gpus_per_node, dtype=float))
+    if algorithm == "ring":
+        p = n * g
+        ring = np.stack([2 * (p - 1) / p * gradient_bytes, 2 * (p - 1)], axis=1)
+        across = (n > 1)[:, None]
+        return np.concatenate([np.where(across, 0, ring), np.where(across, ring, 0)], axis=1)
+    intra = np.stack([2 * (g - 1) / g * gradient_bytes, 2 * (g - 1)], axis=1)
+    inter = np.stack([2 * (n - 1) / n * gradient_bytes, 2 * (n - 1)], axis=1)
+    return np.concatenate([intra, inter], axis=1)
+
+
+def allreduce_seconds(parameters, gradient_bytes, algorithm, nodes, gpus_per_node) -> np.ndarray:
+    """Seconds of one all-reduce of the gradient (module docstring)."""
+    terms = allreduce_terms(gradient_bytes, algorithm, nodes, gpus_per_node)
+    return terms @ np.asarray(parameters[:4], dtype=float)
+
+
+def step_seconds(parameters, compute, gradient_bytes, algorithm, nodes, gpus_per_node):
+    communication = allreduce_seconds(parameters, gradient_bytes, algorithm, nodes, gpus_per_node)
+    hidden = parameters[4] * BACKWARD_SHARE * compute
+    return compute + np.maximum(0.0, communication - hidden)
+
+
+# --------------------------------------------------------------------------
+# Fitting
+# --------------------------------------------------------------------------
+
+
+def _links_seen(cells, algorithm) -> set[str]:
+    """The links (intra, inter) some multi-GPU cell's all-reduce crosses."""
+    seen = set()
+    for cell in cells:
+        if cell.nodes > 1:
+            seen.add("inter")
+        if cell.gpus_per_node > 1 and (algorithm == "hierarchical" or cell.nodes == 1):
+            seen.add("intra")
+    return seen
+
+
+def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple[StepModel, float]:
+    """The least-squares fit on `cells` (default: all of the series'); returns
+    the model and its root-mean-square relative error of the step time.
+
+    The max() in the step makes the problem non-convex (a link whose cells
+    are all hidden has no gradient), so the overlap is searched on a grid:
+    with it fixed, the all-reduce is linear in the link parameters, solved by
+    non-negative least squares on the cells that show communication; the
+    best grid point is then refined with all five free.
+    """
+    from scipy.optimize import least_squares, nnls
+
+    cells = list(series.cells if cells is None else cells)
+    single = [c for c in cells if c.gpus == 1]
+    if not single:
+        raise PredictError("no 1-GPU cell: the compute time per step is unknown")
+    compute = series.batch_size / float(np.mean([c.images_per_sec for c in single]))
+    multi = [c for c in cells if c.gpus > 1]
+    seen = _links_seen(multi, algorithm)
+    if not seen:
+        raise PredictError("no multi-GPU cell to fit the communication to")
+    tied = tuple(sorted({"intra", "inter"} - seen))
+    nodes = np.array([c.nodes for c in multi])
+    gpus = np.array([c.gpus_per_node for c in multi])
+    measured = series.batch_size * nodes * gpus / np.array([c.images_per_sec for c in multi])
+    terms = allreduce_terms(series.gradient_bytes, algorithm, nodes, gpus)
+    if tied:  # the link no cell crossed takes the other's values: its columns join them
+        terms = terms[:, :2] + terms[:, 2:]
+    backward = BACKWARD_SHARE * compute
+
+    def full(free) -> tuple[float, ...]:
+        links = tuple(free[:2]) * 2 if tied else tuple(free[:4])
+        return (*links, float(free[-1]))
+
+    def residuals(free):
+        hidden = free[-1] * backward
+        exposed = np.maximum(0.0, terms @ np.asarray(free[:-1]) - hidden)
+        return (compute + exposed) / measured - 1
+
+    exposed = measured - compute
+    shows = exposed > 0.005 * measured  # communication above the noise
+    scale = np.linalg.norm(terms, axis=0)
+    scale[scale == 0] = 1
+    candidates = []
+    for overlap in np.linspace(0, 1, 21):
+        links = np.zeros(terms.shape[1])
+        if shows.any():
+            weights = 1 / measured[shows]
+            target = (exposed[shows] + overlap * backward) * weights
+            solution, _ = nnls(terms[shows] / scale * weights[:, None], target)
+            links = solution / scale
+        free = np.append(links, overlap)
+        candidates.append((float(np.sum(residuals(free) ** 2)), free))
+    _, start = min(candidates, key=lambda candidate: candidate[0])
+    step_scale = np.append(np.where(np.arange(len(start) - 1) % 2 == 0, 1e-10, 1e-5), 0.1)
+    refined = least_squares(
+        residuals,
+        start,
+        bounds=(np.zeros(len(start)), np.append(np.full(len(start) - 1, np.inf), 1.0)),
+        x_scale=step_scale,
+        method="trf",
+    )
+    best = refined.x if 2 * refined.cost <= np.sum(residuals(start) ** 2) else start
+    model = StepModel(
+        compute, full(best), algorithm, series.gradient_bytes, series.batch_size, tied
+    )
+    rms = float(np.sqrt(np.mean(residuals(best) ** 2)))
+    return model, rms
+
+
+def best_fit(series: Series, cells=None) -> tuple[StepModel, float]:
+    """Both algorithms fitted; the one with the smaller error."""
+    fits = [fit_step_model(series, cells, algorithm) for algorithm in ALGORITHMS]
+    return min(fits, key=lambda fit: fit[1])
+
+
+@dataclass
+class Bootstrap:
+    """A point fit and its bootstrap refits, to predict with a band."""
+
+    model: StepModel
+    rms: float
+    refits: list[StepModel] = field(default_factory=list)
+    residuals: np.ndarray = field(default_factory=lambda: np.zeros(1))
+
+    def predict(self, nodes, gpus_per_node, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Images/sec at each (nodes, gpus): the point fit's, and the 95 % band."""
+        nodes, gpus_per_node = np.asarray(nodes), np.asarray(gpus_per_node)
+        point = self.model.images_per_sec(nodes, gpus_per_node)
+        draws = np.array([refit.images_per_sec(nodes, gpus_per_node) for refit in self.refits])
+        noise = rng.choice(self.residuals, size=draws.shape)
+        draws = draws * (1 + noise)
+        low, high = np.percentile(draws, [2.5, 97.5], axis=0)
+        return point, low, high
+
+
+def bootstrap(series: Series, cells=None, fits: int = BOOTSTRAP_FITS, seed: int = 0) -> Bootstrap:
+    cells = list(series.cells if cells is None else cells)
+    model, rms = best_fit(series, cells)
+    rng = np.random.default_rng(seed)
+    refits = []
+    for _ in range(fits):
+        redrawn = [cell.redrawn(rng) for cell in cells]
+        refits.append(fit_step_model(series, redrawn, model.algorithm)[0])
+    measured = np.array([c.images_per_sec for c in cells])
+    fitted = model.images_per_sec([c.nodes for c in cells], [c.gpus_per_node for c in cells])
+    residuals = measured / fitted - 1
+    return Bootstrap(model, rms, refits, residuals)
+
+
+# --------------------------------------------------------------------------
+# A study's series, from its tidy table and records
+# --------------------------------------------------------------------------
+
+
+def _record(path: str) -> dict:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def gradient_bytes(record: dict, model: str, image_size: int) -> int:
+    """Bytes one all-reduce moves: trainable parameters x bytes per element."""
+    parameters = record.get("trainable_parameters") or KNOWN_TRAINABLE_PARAMETERS.get(
+        (model, int(image_size))
+    )
+    if not parameters:
+        raise PredictError(f"no trainable parameter count for {model} at {image_size}")
+    settings = record.get("settings", {})
+    knobs = framework_spec(record["framework"]).knobs if "framework" in record else ()
+    compression = next(
+        (settings.get(k) for k in ("horovod_compression", "ddp_compression") if k in knobs), None
+    )
+    return int(parameters) * BYTES_PER_ELEMENT.get(compression or "none", 4)
+
+
+SERIES_KEYS = ["framework", "model", "image_size", "batch_size", "knobs"]
+
+
+def study_series(tidy: pd.DataFrame) -> list[Series]:
+    """Every series of ok runs in a tidy table, repeats pooled per cell."""
+    tidy = tidy[tidy["status"] == "ok"].assign(knobs=tidy["knobs"].fillna(""))
+    found = []
+    for (framework, model, image_size, batch_size, knobs), rows in tidy.groupby(SERIES_KEYS):
+        records = [_record(path) for path in rows["record"]]
+        try:
+            size = gradient_bytes(records[0], model, image_size)
+        except PredictError:
+            continue
+        cells = []
+        for (nodes, gpus_per_node), part in rows.groupby(["nodes", "gpus_per_node"]):
+            samples = []
+            for path in part["record"]:
+                samples += (_record(path).get("images_per_sec") or {}).get("samples") or []
+            std = part["images_per_sec_std"].fillna(0).mean()
+            mean = part["images_per_sec_mean"].mean()
+            cells.append(
+                Cell(int(nodes), int(gpus_per_node), float(mean), float(std), tuple(samples))
+            )
+        found.append(
+            Series(framework, model, int(image_size), int(batch_size), knobs, size, tuple(cells))
+        )
+    return sorted(found, key=lambda s: (table_order(s.framework), s.model, s.batch_size, s.knobs))
+
+
+def holdout_split(cells) -> tuple[list[Cell], list[Cell], str]:
+    """(fit cells, held-out cells, the rule): nodes up to half the largest, or on
+    one node, GPUs up to half the largest."""
+    most_nodes = max(c.nodes for c in cells)
+    if most_nodes > 1:
+        limit = most_nodes // 2
+        fit = [c for c in cells if c.nodes <= limit]
+        return fit, [c for c in cells if c.nodes > limit], f"nodes <= {limit}"
+    limit = max(c.gpus_per_node for c in cells) // 2
+    fit = [c for c in cells if c.gpus_per_node <= limit]
+    return fit, [c for c in cells if c.gpus_per_node > limit], f"GPUs <= {limit}"
+
+
+# --------------------------------------------------------------------------
+# The three tables
+# --------------------------------------------------------------------------
+
+
+def _feasible(series: Series, nodes: list[int], gpus_per_node: list[int]):
+    spec = framework_spec(series.framework)
+    for n in nodes:
+        for g in gpus_per_node:
+            if spec.one_device and n * g > 1:
+                continue
+            if spec.one_node and n > 1:
+                continue
+            yield n, g
+
+
+def predicted_table(fitted: dict, nodes, gpus_per_node, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for series, result in fitted.items():
+        if isinstance(result, str):
+            continue
+        single = series.batch_size / result.model.compute
+        measured = {(c.nodes, c.gpus_per_node): c for c in series.cells}
+        for n, g in _feasible(series, nodes, gpus_per_node):
+            point, low, high = result.predict([n], [g], rng)
+            cell = measured.get((n, g))
+            rows.append(
+                {
+                    "framework": series.framework,
+                    "model": series.model,
+                    "batch_size": series.batch_size,
+                    "knobs": series.knobs,
+                    "nodes": n,
+                    "gpus_per_node": g,
+                    "gpus": n * g,
+                    "predicted_images_per_sec": float(point[0]),
+                    "low_images_per_sec": float(low[0]),
+                    "high_images_per_sec": float(high[0]),
+                    "predicted_efficiency": float(point[0]) / (n * g * single),
+                    "low_efficiency": float(low[0]) / (n * g * single),
+                    "high_efficiency": float(high[0]) / (n * g * single),
+                    "measured_images_per_sec": cell.images_per_sec if cell else np.nan,
+                    "measured_std": cell.std if cell else np.nan,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _interval(values) -> tuple[float, float]:
+    low, high = np.percentile(np.asarray(values), [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _tied_note(series: Series, model: StepModel) -> str:
+    """Say which link no cell crossed, where it matters (not for a one-node framework's network)."""
+    tied = [
+        t for t in model.tied if not (t == "inter" and framework_spec(series.framework).one_node)
+    ]
+    return (
+        f"{tied[0]}-node link not crossed by any fitted cell: taken equal to the other"
+        if tied
+        else ""
+    )
+
+
+def parameters_table(fitted: dict) -> pd.DataFrame:
+    """The fitted parameters with units and 95 % intervals: bandwidths in GB/s,
+    latencies in µs, the overlap as a fraction of the backward pass."""
+    rows = []
+    for series, result in fitted.items():
+        if isinstance(result, str):
+            rows.append({"framework": series.framework, "model": series.model, "note": result})
+            continue
+        model = result.model
+        row = {
+            "framework": series.framework,
+            "model": series.model,
+            "batch_size": series.batch_size,
+            "knobs": series.knobs,
+            "algorithm": model.algorithm,
+            "gradient_mb": series.gradient_bytes / 1e6,
+            "compute_ms": model.compute * 1e3,
+            "fit_rms_percent": 100 * result.rms,
+        }
+        links = {"intra": (0, 1), "inter": (2, 3)}
+        if framework_spec(series.framework).one_node:  # no network to speak of
+            links.pop("inter")
+        for name, (per_byte, latency) in links.items():
+            bandwidths = [1e-9 / max(r.parameters[per_byte], 1e-30) for r in result.refits]
+            latencies = [r.parameters[latency] * 1e6 for r in result.refits]
+            row[f"{name}_gb_per_s"] = 1e-9 / max(model.parameters[per_byte], 1e-30)
+            row[f"{name}_gb_per_s_low"], row[f"{name}_gb_per_s_high"] = _interval(bandwidths)
+            row[f"{name}_latency_us"] = model.parameters[latency] * 1e6
+            row[f"{name}_latency_us_low"], row[f"{name}_latency_us_high"] = _interval(latencies)
+        overlaps = [r.parameters[4] for r in result.refits]
+        row["overlap"] = model.parameters[4]
+        row["overlap_low"], row["overlap_high"] = _interval(overlaps)
+        row["note"] = _tied_note(series, model)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def holdout_table(series_list: list[Series], seed: int = 0) -> pd.DataFrame:
+    """Per series: fit on the smaller cells, the error on the larger ones."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for series in series_list:
+        fit_cells, held, rule = holdout_split(series.cells)
+        row = {"framework": series.framework, "model": series.model,
+               "batch_size": series.batch_size, "knobs": series.knobs, "fit_on": rule,
+               "fit_cells": len(fit_cells), "held_out_cells": len(held)}  # fmt: skip
+        if not held:
+            rows.append({**row, "note": "no larger cells to hold out"})
+            continue
+        try:
+            result = bootstrap(series, fit_cells, seed=seed)
+        except PredictError as err:
+            rows.append({**row, "note": str(err)})
+            continue
+        point, low, high = result.predict(
+            [c.nodes for c in held], [c.gpus_per_node for c in held], rng
+        )
+        measured = np.array([c.images_per_sec for c in held])
+        errors = np.abs(point / measured - 1)
+        inside = int(np.sum((measured >= low) & (measured <= high)))
+        rows.append(
+            {
+                **row,
+                "algorithm": result.model.algorithm,
+                "mape_percent": 100 * float(np.mean(errors)),
+                "worst_percent": 100 * float(np.max(errors)),
+                "inside_band": inside,
+                "note": _tied_note(series, result.model),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def fit_study(series_list: list[Series], seed: int = 0) -> dict:
+    """Each series' bootstrap on all its cells, or the one line why not."""
+    fitted = {}
+    for series in series_list:
+        if framework_spec(series.framework).one_device:
+            continue
+        try:
+            fitted[series] = bootstrap(series, seed=seed)
+        except PredictError as err:
+            fitted[series] = str(err)
+    return fitted
+
+
+def _band(value, low, high, digits: int = 1) -> str:
+    if pd.isna(value):
+        return ""
+    # A bandwidth whose refits reach 0 seconds per byte: the data do not bound it.
+    upper = "unbounded" if high > 1e5 else f"{high:.{digits}f}"
+    return f"{value:.{digits}f} ({low:.{digits}f} to {upper})"
+
+
+def _shown_predicted(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "Framework": [label(f) for f in table["framework"]],
+            "Model": table["model"],
+            "Batch/GPU": table["batch_size"],
+            "Knobs": table["knobs"],
+            "Nodes": table["nodes"],
+            "GPUs per node": table["gpus_per_node"],
+            "GPUs": table["gpus"],
+            "Predicted images/sec (95 % band)": [
+                _band(*v, digits=0)
+                for v in table[
+                    ["predicted_images_per_sec", "low_images_per_sec", "high_images_per_sec"]
+                ].to_numpy()  # fmt: skip
+            ],
+            "Efficiency (95 % band)": [
+                _band(*v, digits=2)
+                for v in table[
+                    ["predicted_efficiency", "low_efficiency", "high_efficiency"]
+                ].to_numpy()  # fmt: skip
+            ],
+            "Measured images/sec": [
+                "" if pd.isna(m) else f"{m:.0f} ± {s:.0f}"
+                for m, s in zip(
+                    table["measured_images_per_sec"], table["measured_std"], strict=True
+                )  # fmt: skip
+            ],
+        }
+    )
+
+
+def _shown_parameters(table: pd.DataFrame) -> pd.DataFrame:
+    shown = {"Framework": [label(f) for f in table["framework"]], "Model": table["model"]}
+    if "algorithm" not in table:
+        return pd.DataFrame({**shown, "Note": table["note"]})
+    shown.update(
+        {
+            "Algorithm": table["algorithm"].fillna(""),
+            "Gradient (MB)": [f"{v:.1f}" if pd.notna(v) else "" for v in table["gradient_mb"]],
+            "Compute (ms/step)": [f"{v:.1f}" if pd.notna(v) else "" for v in table["compute_ms"]],
+        }
+    )
+    for name, unit, digits in (("intra_gb_per_s", "Intra-node GB/s", 1),
+                               ("intra_latency_us", "Intra-node latency (µs)", 0),
+                               ("inter_gb_per_s", "Inter-node GB/s", 1),
+                               ("inter_latency_us", "Inter-node latency (µs)", 0),
+                               ("overlap", "Overlap", 2)):  # fmt: skip
+        if name not in table:
+            continue
+        shown[unit] = [
+            _band(v, lo, hi, digits)
+            for v, lo, hi in table[[name, f"{name}_low", f"{name}_high"]].to_numpy()
+        ]
+    shown["Fit error (% RMS)"] = [
+        f"{v:.1f}" if pd.notna(v) else "" for v in table["fit_rms_percent"]
+    ]
+    shown["Note"] = table["note"].fillna("")
+    return pd.DataFrame(shown)
+
+
+def _shown_holdout(table: pd.DataFrame) -> pd.DataFrame:
+    names = {"framework": "Framework", "model": "Model", "batch_size": "Batch/GPU",
+             "knobs": "Knobs", "fit_on": "Fit on", "fit_cells": "Fit cells",
+             "held_out_cells": "Held-out cells", "algorithm": "Algorithm",
+             "mape_percent": "MAPE (%)", "worst_percent": "Worst (%)",
+             "inside_band": "Inside the 95 % band", "note": "Note"}  # fmt: skip
+    shown = table.rename(columns=names)
+    shown["Framework"] = [label(f) for f in shown["Framework"]]
+    for column in ("MAPE (%)", "Worst (%)"):
+        if column in shown:
+            shown[column] = [f"{v:.1f}" if pd.notna(v) else "" for v in shown[column]]
+    if "Inside the 95 % band" in shown:
+        shown["Inside the 95 % band"] = [
+            f"{int(i)} of {int(n)}" if pd.notna(i) else ""
+            for i, n in zip(shown["Inside the 95 % band"], shown["Held-out cells"], strict=True)
+        ]
+    return shown.fillna("")
+
+
+TABLES = {
+    "predicted": ("Predicted throughput and efficiency, with 95 % bands", _shown_predicted),
+    "predicted_parameters": (
+        "The fitted step model per series (95 % intervals from the bootstrap)",
+        _shown_parameters,
+    ),
+    "predicted_holdout": (
+        "Held-out check: fitted on the smaller cells, error on the larger ones",
+        _shown_holdout,
+    ),
+}
+
+
+def _write(table: pd.DataFrame, folder: str, name: str) -> None:
+    """CSV: every number; Markdown and LaTeX: the readable columns."""
+    from trainscale.records import atomic_write_text
+    from trainscale.rendering import to_latex, to_markdown
+
+    caption, shown = TABLES[name]
+    display = shown(table) if len(table) else pd.DataFrame({"Note": ["no series to fit"]})
+    display = display.astype(str)
+    atomic_write_text(os.path.join(folder, f"{name}.csv"), table.to_csv(index=False))
+    atomic_write_text(os.path.join(folder, f"{name}.md"), to_markdown(display, caption))
+    atomic_write_text(os.path.join(folder, f"{name}.tex"), to_latex(display, caption))
+
+
+def write_predictions(
+    tidy_csv: str,
+    folder: str,
+    figure_paths: list[str],
+    nodes: list[int],
+    gpus_per_node: list[int],
+    seed: int = 0,
+) -> None:
+    """tables/predicted{,_parameters,_holdout}.{csv,md,tex} and the figure, for a study."""
+    from trainscale.figures import predicted as draw
+
+    series_list = study_series(pd.read_csv(tidy_csv))
+    fitted = fit_study(series_list, seed)
+    predicted = predicted_table(fitted, nodes, gpus_per_node, seed)
+    holdout = holdout_table([s for s in series_list if s in fitted], seed)
+    _write(predicted, folder, "predicted")
+    _write(parameters_table(fitted), folder, "predicted_parameters")
+    _write(holdout, folder, "predicted_holdout")
+    draw(series_list, fitted, predicted, figure_paths)
+    print(holdout.to_string(), flush=True)

@@ -1,0 +1,30 @@
+# Scaling past the measured cells: a step model fitted to the study's records,
+# its predictions for the config's `predict` grid, its parameters, and its
+# error on the larger cells when fitted on the smaller ones (trainscale.predict).
+
+
+rule predict:
+    input:
+        tidy=f"{RESULTS}/throughput.csv",
+    output:
+        tables=[
+            report(path, category="Tables", caption="../report/predicted.rst")
+            for path in predicted_table_files()
+        ],
+        figure=report(
+            f"{RESULTS}/figures/predicted.png",
+            category="Figures",
+            caption="../report/predicted.rst",
+        ),
+        pdf=f"{RESULTS}/figures/predicted.pdf",
+    log:
+        f"{RESULTS}/logs/predict.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        nodes=config["predict"]["nodes"],
+        gpus_per_node=config["predict"]["gpus_per_node"],
+        folder=lambda wildcards, output: os.path.dirname(output.tables[0]),
+    script:
+        "../scripts/predict.py"
