@@ -223,57 +223,54 @@ def example_replicas(framework: str) -> int:
     return 1 if framework_spec(framework).one_device else 2
 
 
+def horovod_launcher(framework: str) -> list[str]:
+    """horovodrun --gloo for a Horovod framework: the launcher the examples
+    document, and here 6 s quicker to start than mpirun (tests/harness covers
+    mpirun)."""
+    from trainscale.registry import framework_spec
+
+    return ["--horovod-launcher", "gloo"] if framework_spec(framework).launch == "horovod" else []
+
+
 def run_example(framework: str, *script_args: str, timeout: float = 600):
     """`trainscale example FRAMEWORK` on its CPU replicas; its losses, step by step."""
     result = trainscale(
         "example",
         framework,
-        "--replicas",
-        str(example_replicas(framework)),
-        "--timeout",
-        str(timeout),
+        *("--replicas", str(example_replicas(framework)), "--timeout", str(timeout)),
+        *horovod_launcher(framework),
         "--",
         *script_args,
         check=True,
         timeout=timeout + 60,
     )
-    losses = [float(v) for v in re.findall(r"^step \d+/\d+: loss (\S+)$", result.stdout, re.M)]
-    return losses, result.stdout
+    # horovodrun prefixes each rank's lines with "[rank]<stdout>:".
+    stdout = re.sub(r"^\[\d+\]<stdout>:", "", result.stdout, flags=re.M)
+    losses = [float(v) for v in re.findall(r"^step \d+/\d+: loss (\S+)$", stdout, re.M)]
+    return losses, stdout
 
 
-def check_example_trains_on_the_archive(framework: str, archive_dir: str) -> None:
-    """2 steps on the CIFAR-100-format archive: every step logged once (by the
-    chief only), finite losses and a total rate."""
-    import math
-
-    losses, stdout = run_example(
-        framework, "--data-dir", archive_dir, "--steps", "2", "--batch-size", "4"
-    )
-    assert len(losses) == 2, stdout  # one chief prints, the other ranks do not
-    assert all(math.isfinite(loss) and loss > 0 for loss in losses), losses
-    assert re.search(r"^images/sec: \d", stdout, re.M), stdout
+def example_archive_run(framework: str, archive_dir: str):
+    """2 steps of the example on the CIFAR-100-format archive: (losses, stdout)."""
+    return run_example(framework, "--data-dir", archive_dir, "--steps", "2", "--batch-size", "4")
 
 
-def check_example_matches_the_harness(framework: str, tmp_path) -> None:
-    """The example and the harness, same seed, synthetic batch and SGD: the
-    same loss at step 2 (after one update), so the two cannot drift apart."""
-    replicas = example_replicas(framework)
-    losses, stdout = run_example(
-        framework, "--synthetic", "--steps", "2", "--batch-size", "2", *EXAMPLE_SGD
-    )
-    output = tmp_path / "harness.json"
+def example_synthetic_run(framework: str):
+    """2 SGD steps of the example on the harness's synthetic batch: (losses, stdout)."""
+    return run_example(framework, "--synthetic", "--steps", "2", "--batch-size", "2", *EXAMPLE_SGD)
+
+
+def harness_synthetic_loss(framework: str, output: Path) -> float:
+    """The harness's loss at step 2 for what example_synthetic_run trains."""
     trainscale(
         "run",
-        *("--framework", framework, "--gpus-per-node", str(replicas)),
+        *("--framework", framework, "--gpus-per-node", str(example_replicas(framework))),
         *("--model", "vgg16", "--image-size", "32", "--device", "cpu"),
         *("--batch-size", "2", "--dataset", "synthetic", *EXAMPLE_SGD),
         *("--warmup-steps", "1", "--iterations", "1", "--steps-per-iteration", "1"),
+        *horovod_launcher(framework),
         *("--output", str(output)),
         check=True,
         timeout=600,
     )
-    harness = load_json(output)["final_loss"]
-    assert len(losses) == 2, stdout
-    print(f"{framework}: example {losses[1]:.6f}, harness {harness:.6f}")
-    assert abs(losses[0] - losses[1]) > 100 * EXAMPLE_LOSS_TOLERANCE  # the step moved it
-    assert abs(losses[1] - harness) <= EXAMPLE_LOSS_TOLERANCE
+    return load_json(output)["final_loss"]

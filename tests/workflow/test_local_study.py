@@ -205,28 +205,23 @@ def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, 
     folder = Path(repo, "results", "tiny-cpu")
     saved_before = (folder / "config.yaml").read_text()
     records_before = _tree(str(folder / "runs"))
-    # One framework more (at 1 replica) with the same settings: an extension.
+    # Two frameworks more with the same settings, the torch pair that mirrors
+    # Horovod, each run from its own environment: an extension of both ecosystems.
     extended = {
         **STUDY,
-        "grid": {**STUDY["grid"], "framework": [*STUDY["grid"]["framework"], "tf-multiworker"]},
-        "constraints": {
-            "exclude": [
-                *STUDY["constraints"]["exclude"],
-                {"framework": "tf-multiworker", "gpus_per_node": {"min": 2}},
-            ]
-        },
+        "torch_env": ".venv-torch",
+        "grid": {**STUDY["grid"], "framework": [*STUDY["grid"]["framework"], *TORCH]},
     }
     args = local_study(repo, extended)
     dry = snakemake(repo, "-n", *args)
     assert dry.returncode == 0, dry.stderr[-3000:]
-    assert train_jobs(dry.stdout + dry.stderr) == 1
+    assert train_jobs(dry.stdout + dry.stderr) == 4
     assert (folder / "config.yaml").read_text() == saved_before  # a dry run saves nothing
-    run = snakemake(repo, *args)
+    run = snakemake(repo, *args, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    new = folder / "runs/tf-multiworker/small_cnn/b16/n1g1r1.json"
-    assert json.loads(new.read_text())["status"] == "ok"
     records_after = _tree(str(folder / "runs"))
     assert {k: v for k, v in records_after.items() if k in records_before} == records_before
+    _check_each_ecosystem(folder)
     # The saved config is the union; the one it replaced is kept.
     saved = yaml.safe_load((folder / "config.yaml").read_text())
     assert saved["grid"]["framework"] == extended["grid"]["framework"]
@@ -240,10 +235,49 @@ def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, 
     assert train_jobs(again.stdout + again.stderr) == 0
     assert yaml.safe_load((folder / "config.yaml").read_text()) == saved
     assert len(list((folder / "config.history").iterdir())) == 1
-    # The saved union rebuilds every table, the new framework's included.
+    # The saved union rebuilds every table, the new frameworks' included.
     rebuilt = snakemake(repo, "--cores", "1", "--configfile", "results/tiny-cpu/config.yaml")
     assert rebuilt.returncode == 0 and train_jobs(rebuilt.stdout + rebuilt.stderr) == 0
-    assert "TF MultiWorkerMirrored" in (folder / "tables/table1.md").read_text()
+    assert "PyTorch DDP" in (folder / "tables/table1.md").read_text()
+
+
+TORCH = ["torch-ddp", "horovod-torch"]
+
+
+def _check_each_ecosystem(folder: Path) -> None:
+    """Each train job ran from the environment its framework's registry entry
+    names, and the tables put each torch framework beside its TensorFlow one."""
+    tidy = pd.read_csv(folder / "throughput.csv")
+    assert len(tidy) == 9 and set(tidy["status"]) == {"ok"}
+    for path in tidy["record"]:
+        record = json.loads(Path(folder.parent.parent, path).read_text())
+        provenance = record["provenance"]
+        if record["framework"] in TORCH:
+            assert provenance["torch"].startswith("2.13.0") and "tensorflow" not in provenance
+        else:
+            assert provenance["tensorflow"] == "2.15.1" and "torch" not in provenance
+        assert len(provenance["processes"]) == record["processes"]
+    table1 = (folder / "tables" / "table1.md").read_text()
+    for label in ("Horovod", "PyTorch DDP", "Horovod (PyTorch)"):
+        assert f"| {label} (images/sec) |" in table1
+    cross = pd.read_csv(folder / "tables" / "cross_ecosystem.csv")
+    pairs = set(zip(cross["framework"], cross["versus"], cross["gpus"], strict=True))
+    assert pairs == {
+        ("PyTorch DDP", "Horovod", 1),
+        ("PyTorch DDP", "Horovod", 2),
+        ("Horovod (PyTorch)", "Horovod", 1),
+        ("Horovod (PyTorch)", "Horovod", 2),
+    }
+    ratio = cross["framework_images_per_sec_mean"] / cross["versus_images_per_sec_mean"]
+    assert cross["ratio"].to_numpy() == pytest.approx(ratio.to_numpy()) and (ratio > 0).all()
+    efficiency = pd.read_csv(folder / "tables" / "efficiency.csv")
+    one_gpu = efficiency[efficiency["gpus"] == 1]
+    # Speed-up against each framework's own 1-GPU run, torch ones too.
+    assert set(one_gpu["framework"]) == {"tf-single", "horovod", "tf-mirrored", *TORCH}
+    assert (one_gpu["speedup"] == 1.0).all()
+    # The refactoring table gains the torch pair and their base.
+    refactoring = pd.read_csv(folder / "tables" / "refactoring.csv")
+    assert {"torch-single", *TORCH} <= set(refactoring["framework"])
 
 
 @pytest.mark.slow

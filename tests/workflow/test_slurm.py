@@ -80,7 +80,6 @@ EXPECTED = {
     "tf-single/small_cnn/b16/n1g1r1.json": (["node?"], 1),
     # torch-ddp: gloo, rendezvous at the job's first host; horovod-torch: mpirun
     # via srun --mpi=pmix; one srun task per rank, from .venv-torch.
-    "torch-ddp/small_cnn/b16/n2g1r1.json": (["node1", "node2"], 2),
     "torch-ddp/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
     "horovod-torch/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
 }
