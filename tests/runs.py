@@ -122,14 +122,30 @@ class Output:
         return "".join(self.lines)
 
 
+def sigint_as_in_a_terminal() -> None:
+    """A child's preexec_fn: SIGINT back to its default action.
+
+    A job started in the background of a shell without job control (a CI
+    runner's, `cmd &`) inherits SIGINT *ignored*, down to every process it
+    starts; Python then never raises KeyboardInterrupt, and a test's Ctrl-C
+    would reach no one. Seen in this project's CI: the MultiWorker workers
+    trained on after Ctrl-C. A program run from a terminal has the default.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_run(*args: str, **popen) -> tuple[subprocess.Popen, Output]:
-    """`trainscale run` in the background; its stdout and stderr together, as they come."""
+    """`trainscale run` in the background; its stdout and stderr together, as
+    they come. Ctrl-C (SIGINT) reaches it as from a terminal."""
     run = subprocess.Popen(
         [*TRAINSCALE, "run", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"},
+        preexec_fn=sigint_as_in_a_terminal,
         **popen,
     )
     return run, Output(run.stdout)

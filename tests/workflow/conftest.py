@@ -54,8 +54,16 @@ def local_study(repo: str, study: dict) -> list[str]:
 
 def start_snakemake(workdir: str, *args: str, **popen) -> subprocess.Popen:
     """Snakemake running in the background (to be interrupted, or a node killed under it);
-    its output as text on stdout unless `popen` says otherwise."""
-    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
+    its output as text on stdout unless `popen` says otherwise. Ctrl-C (SIGINT)
+    reaches it as from a terminal (runs.sigint_as_in_a_terminal says why)."""
+    from runs import sigint_as_in_a_terminal
+
+    popen = {
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.STDOUT,
+        "preexec_fn": sigint_as_in_a_terminal,
+        **popen,
+    }
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.Popen([SNAKEMAKE, *args], cwd=workdir, text=True, env=env, **popen)
 
