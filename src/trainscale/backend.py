@@ -107,6 +107,9 @@ class Backend:
         """The model's trainable weights, in the model's order (the equivalence tests)."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Leave the other processes cleanly, once the run is recorded (default: nothing)."""
+
     def trainable_parameters(self) -> int:
         """How many numbers a gradient all-reduce moves (trainscale.predict)."""
         raise NotImplementedError

@@ -62,6 +62,15 @@ class DistributedDataParallel(TorchBackend):
             ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         return ddp, optimizer
 
+    def close(self) -> None:
+        # A process that exits with its gloo process group alive can abort in
+        # the group's threads at interpreter exit ("terminate called without
+        # an active exception", SIGABRT; seen once in CI): end it first.
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
     def gather_rows(self, row: np.ndarray) -> np.ndarray:
         import torch.distributed as dist
 

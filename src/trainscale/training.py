@@ -99,6 +99,7 @@ def train(settings: RunSettings, options: RunOptions | None = None):
         {**process_description(backend), "peak_memory": backend.peak_memory()}
     )
     if not backend.is_chief:
+        backend.close()
         return None
     record = _record(backend, blocks, processes, {**timing, "final_loss": loss_value}, started_at)
     if options.output:
@@ -107,6 +108,7 @@ def train(settings: RunSettings, options: RunOptions | None = None):
         arrays = {f"initial_{i}": w for i, w in enumerate(initial_weights)}
         arrays.update({f"final_{i}": w for i, w in enumerate(backend.trainable_weights())})
         np.savez(options.weights_file, **arrays)
+    backend.close()
     log(
         f"{_who(settings)}: {record['images_per_sec']['mean']:.1f} ± "
         f"{record['images_per_sec']['std']:.1f} img/s total over {record['blocks']} blocks"
