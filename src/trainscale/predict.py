@@ -315,16 +315,16 @@ def study_series(tidy: pd.DataFrame) -> list[Series]:
     tidy = tidy[tidy["status"] == "ok"].assign(knobs=tidy["knobs"].fillna(""))
     found = []
     for (framework, model, image_size, batch_size, knobs), rows in tidy.groupby(SERIES_KEYS):
-        records = [_record(path) for path in rows["record"]]
+        records = {path: _record(path) for path in rows["record"]}
         try:
-            size = gradient_bytes(records[0], model, image_size)
+            size = gradient_bytes(records[rows["record"].iloc[0]], model, image_size)
         except PredictError:
             continue
         cells = []
         for (nodes, gpus_per_node), part in rows.groupby(["nodes", "gpus_per_node"]):
             samples = []
             for path in part["record"]:
-                samples += (_record(path).get("images_per_sec") or {}).get("samples") or []
+                samples += (records[path].get("images_per_sec") or {}).get("samples") or []
             std = part["images_per_sec_std"].fillna(0).mean()
             mean = part["images_per_sec_mean"].mean()
             cells.append(
