@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds Horovod (version $1, default 0.28.1) from source with its torch
-# extension into the Python environment whose pip is $PIP (default: pip),
-# for the torch frameworks. Used by tools/install-torch-env.sh (.venv-torch)
-# and envs/torch.post-deploy.sh (conda). torch must be installed first: the
-# extension compiles against its headers, so no build isolation.
+# extension for the Python environment whose pip is $PIP (default: pip), for
+# the torch frameworks: installs it, or with a folder as $2 writes its wheel
+# there (tools/install-torch-env.sh caches it: tools/wheel-cache.sh). Used by
+# tools/install-torch-env.sh (.venv-torch) and envs/torch.post-deploy.sh
+# (conda). torch must be installed first: the extension compiles against its
+# headers, so no build isolation.
 set -euo pipefail
 horovod_version=${1:-0.28.1}
+wheel_dir=${2:-}
 read -r -a pip <<< "${PIP:-pip}"
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
@@ -27,7 +30,11 @@ for cmake_file in CMakeLists.txt horovod/torch/CMakeLists.txt; do
     { echo "torch env: horovod's $cmake_file no longer sets C++14; revisit this fix" >&2; exit 1; }
   sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "$source_dir/$cmake_file"
 done
-HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
-HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=${MAKEFLAGS:--j2} \
+export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+  HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=${MAKEFLAGS:--j2}
+if [ -n "$wheel_dir" ]; then
+  "${pip[@]}" wheel --no-build-isolation --no-deps --no-cache-dir -w "$wheel_dir" "$source_dir"
+else
   "${pip[@]}" install --no-build-isolation --no-deps "$source_dir"
-"${pip[@]}" install cloudpickle psutil pyyaml packaging
+  "${pip[@]}" install cloudpickle psutil pyyaml packaging
+fi

@@ -34,15 +34,27 @@ if ! "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.st
   "${pip[@]}" install "${index[@]}" "$torch_requirement" "$numpy_requirement"
 fi
 
+source "$(dirname "$0")/wheel-cache.sh"
+torch_key="$(build_host_key)
+python=$("$venv/bin/python" -c 'import sys; print(sys.version)')
+torch=$("$venv/bin/python" -c 'import torch; print(torch.__version__, torch.version.cuda, torch._C._GLIBCXX_USE_CXX11_ABI)')"
+
 if ! "$venv/bin/python" -c "
 import sys, horovod, horovod.torch as hvd
 sys.exit(not (horovod.__version__ == '$horovod_version' and hvd.mpi_built() and hvd.gloo_built()))
 " 2>/dev/null; then
-  echo "torch env: building horovod==$horovod_version with its torch extension (a few minutes)"
-  PIP="${pip[*]}" bash tools/build-horovod-torch.sh "$horovod_version"
+  echo "torch env: horovod==$horovod_version with its torch extension"
+  key="horovod==$horovod_version
+$torch_key
+mpi=$( (mpirun --version || true) 2>&1 | head -1)
+gpu_operations=${HOROVOD_GPU_OPERATIONS:-}
+script=$(cat "$0" tools/build-horovod-torch.sh | sha256sum | cut -c1-16)"
+  cached_install horovod-torch "$key" \
+    env PIP="${pip[*]} --no-cache-dir" bash tools/build-horovod-torch.sh "$horovod_version"
+  "${pip[@]}" install cloudpickle psutil pyyaml packaging cffi
 fi
 
 # The harness itself, editable, and its test tools (as in .venv-train).
 "${pip[@]}" install --no-deps -e .
-"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3"
+"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4"
 "$venv/bin/python" -c "import torch, horovod.torch; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__)"

@@ -37,14 +37,26 @@ if ! "$venv/bin/python" -c "
 import sys, horovod, horovod.tensorflow as hvd
 sys.exit(not (horovod.__version__ == '$horovod_version' and hvd.mpi_built() and hvd.gloo_built()))
 " 2>/dev/null; then
-  echo "train env: building horovod==$horovod_version from source (a few minutes)"
-  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
-  HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS=${MAKEFLAGS:--j2} \
-    "${pip[@]}" install --no-build-isolation "horovod==$horovod_version"
+  echo "train env: horovod==$horovod_version, compiled against this TensorFlow"
+  source "$(dirname "$0")/wheel-cache.sh"
+  export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+  key="horovod==$horovod_version
+$(build_host_key)
+python=$("$venv/bin/python" -c 'import sys; print(sys.version)')
+tensorflow=$("$venv/bin/python" -c 'import tensorflow as tf; print(tf.__version__, tf.sysconfig.get_compile_flags())' 2>/dev/null)
+mpi=$( (mpirun --version || true) 2>&1 | head -1)
+flags=$(env | grep '^HOROVOD_' | sort | tr '\n' ' ')
+script=$(sha256sum "$0" | cut -c1-16)"
+  # Horovod compiles its TensorFlow ops against the TensorFlow installed
+  # above: no build isolation.
+  MAKEFLAGS=${MAKEFLAGS:--j2} cached_install horovod-tensorflow "$key" \
+    "${pip[@]}" wheel --no-build-isolation --no-deps --no-cache-dir "horovod==$horovod_version" -w
+  "${pip[@]}" install cloudpickle psutil pyyaml packaging
 fi
 
 # The harness itself, editable, with its test tools. --no-deps keeps pip from
 # touching the pinned TensorFlow stack above.
 "${pip[@]}" install --no-deps -e .
-"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "ruff==0.8.*" "vermin==1.9.*"
+"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4" "ruff==0.8.*" "vermin==1.9.*"
 TF_CPP_MIN_LOG_LEVEL=2 "$venv/bin/python" -c "import tensorflow as tf, horovod; print('train env: tensorflow', tf.__version__, '| horovod', horovod.__version__)"
