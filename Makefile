@@ -12,11 +12,9 @@ LOCAL_STUDY ?= results/local-cpu
 
 NODES ?= 2
 
-# The harness's modules: what runs on GPU nodes, on Python 3.8+ (pyproject.toml).
-HARNESS_MODULES = $(addprefix src/trainscale/,__init__.py __main__.py settings.py cli.py \
-	launch.py training.py data.py models.py frameworks.py flops.py timing.py records.py registry.py \
-	backend.py tf_backend.py slurm.py supervision.py torch_backend.py torch_models.py \
-	torch_ddp.py horovod_torch.py examples.py) $(wildcard examples/*.py)
+# The harness's modules: what runs on GPU nodes, on Python 3.8+ (pyproject.toml),
+# found from the registry's backend modules and their imports (tools/harness-modules.py).
+HARNESS_MODULES = $(shell python3 tools/harness-modules.py) $(wildcard examples/*.py)
 # An older stack for the harness (make test-compat): Python 3.8 and TensorFlow
 # 2.11.0, as NVIDIA's tensorflow:23.03-tf2-py3 image has. pyenv's 3.8 if none is given.
 COMPAT_VENV ?= .venv-compat
@@ -86,10 +84,17 @@ bench: train-env torch-env analysis-env
 # under .venv. tests/examples runs in both training suites, each time the
 # examples of that environment's ecosystem. The SLURM tests start the lab
 # cluster themselves (and stop it after).
+#
+# Each suite runs on two pytest-xdist workers (one on a 1-core machine): most
+# of a test is waiting on processes starting, SLURM polling and collectives,
+# so one worker alone used 67 % of one CPU of two. A module whose fixture is
+# expensive, and the SLURM lab's two modules, each stay on one worker
+# (xdist_group marks).
+PYTEST_PARALLEL ?= -n auto --maxprocesses 2 --dist loadgroup
 test: train-env torch-env analysis-env slurm-packages
-	$(TRAIN_VENV)/bin/python -m pytest tests/harness tests/examples
-	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest tests/torch tests/examples
-	$(VENV)/bin/python -m pytest tests/workflow
+	$(TRAIN_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/harness tests/examples
+	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/torch tests/examples
+	$(VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/workflow
 
 test-slurm: train-env torch-env analysis-env slurm-packages
 	$(VENV)/bin/python -m pytest -m slurm tests/workflow

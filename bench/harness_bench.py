@@ -31,9 +31,11 @@ from common import (  # noqa: E402
     timed_block,
 )
 
+from trainscale.backend import Topology  # noqa: E402
 from trainscale.data import cifar100_dataset, generate_cifar100, load_cifar100  # noqa: E402
 from trainscale.frameworks import create_framework  # noqa: E402
 from trainscale.models import build_model  # noqa: E402
+from trainscale.registry import REGISTRY  # noqa: E402
 from trainscale.settings import RunOptions, RunSettings  # noqa: E402
 from trainscale.tf_backend import build_train_step, make_dataset_fn, make_optimizer  # noqa: E402
 
@@ -41,7 +43,7 @@ from trainscale.tf_backend import build_train_step, make_dataset_fn, make_optimi
 def harness_step(settings: RunSettings, dataset_fn=None):
     """The harness's own compiled training step (tf_backend.build_train_step) on its
     framework, model and optimizer: returns a function running one step."""
-    framework = create_framework(settings, RunOptions())
+    framework = create_framework(settings, RunOptions(), Topology())
     tf.keras.utils.set_random_seed(settings.seed)
     with framework.scope():
         model = build_model(settings.model, settings.image_size, settings.num_classes)
@@ -116,7 +118,7 @@ def main() -> None:
     images = vgg.batch_size * steps
     cifar = dataclasses.replace(vgg, dataset="cifar100", data_dir=data_dir)
     synthetic = dataclasses.replace(vgg, dataset="synthetic")
-    framework = create_framework(cifar, RunOptions())
+    framework = create_framework(cifar, RunOptions(), Topology())
     with framework.scope():
         model = build_model(vgg.model, vgg.image_size, vgg.num_classes)
         optimizer = make_optimizer(vgg)
@@ -145,9 +147,10 @@ def main() -> None:
 
     # 2 and 4. One replica through each framework's real launch path
     # (mpirun for Horovod, TF_CONFIG for MultiWorker), alternating.
+    # tf-single first: every ratio is against it.
     results["one_replica"] = one_replica_each(
         dataclasses.replace(synthetic, iterations=8),
-        ("tf-single", "horovod", "tf-mirrored", "tf-multiworker"),
+        tuple(spec.name for spec in REGISTRY if spec.ecosystem == "tensorflow"),
         work,
     )
     results["settings"] = {

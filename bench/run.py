@@ -136,7 +136,7 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
             )
         )
     torch_one = torch["one_replica"]
-    for name in ("torch-ddp", "horovod-torch"):
+    for name in [n for n in torch_one if n != "torch-single"]:
         out.append(
             (
                 f"{name} (1 replica) / torch-single",
@@ -156,7 +156,7 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
                 + interval(entry),
             )
         )
-    for name in ("horovod", "tf-mirrored", "tf-multiworker"):
+    for name in [n for n in one if n != "tf-single"]:
         out.append(
             (
                 f"{name} (1 replica) / tf-single",

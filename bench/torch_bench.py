@@ -6,9 +6,9 @@ object on stdout. As bench/harness_bench.py does for TensorFlow:
    a PyTorch user writes by hand (zero_grad, forward, mean cross-entropy,
    backward, step) on the same model, optimizer, batch and synthetic data,
    timed blocks interleaved in one process;
-2. one replica through torch-ddp's and horovod-torch's real launch paths (a
-   RANK/MASTER_PORT rank; mpirun) against torch-single, whole `trainscale run`
-   processes alternating;
+2. one replica through every torch framework's real launch path (a
+   RANK/MASTER_PORT rank, mpirun: the registry's torch frameworks) against
+   torch-single, whole `trainscale run` processes alternating;
 3. seconds from process start to the first timed step, per framework.
 """
 
@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from common import harness_against, one_replica_each
 
+from trainscale.registry import REGISTRY
 from trainscale.settings import RunOptions, RunSettings
 from trainscale.torch_backend import TorchBackend
 from trainscale.torch_models import build_torch_model
@@ -85,9 +86,9 @@ def main() -> None:
         framework="torch-single", model="vgg16", batch_size=32, image_size=32,
         dataset="synthetic", **{**measure, "iterations": 8},
     )  # fmt: skip
-    results["one_replica"] = one_replica_each(
-        synthetic, ("torch-single", "torch-ddp", "horovod-torch"), work
-    )
+    # torch-single first: every ratio is against it.
+    frameworks = tuple(spec.name for spec in REGISTRY if spec.ecosystem == "torch")
+    results["one_replica"] = one_replica_each(synthetic, frameworks, work)
     results["settings"] = {"model": "vgg16/small_cnn", "batch_size": 32, "image_size": 32}
     results["settings"].update(measure)
     results["torch"] = torch.__version__

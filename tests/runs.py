@@ -31,6 +31,22 @@ TINY = [
 ]
 
 
+def show_in_the_log(record_property, text: str) -> None:
+    """`text` printed at the end of the suite's log, whether the test passes or
+    not, also from a pytest-xdist worker (whose own output nobody sees): the
+    suite's conftest prints every test's "shown" property (print_shown)."""
+    record_property("shown", text)
+
+
+def print_shown(terminalreporter) -> None:
+    """pytest_terminal_summary: what the tests asked to show (show_in_the_log)."""
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            for name, text in getattr(report, "user_properties", ()):
+                if name == "shown":
+                    terminalreporter.write_line(f"\n--- {report.nodeid}\n{text}")
+
+
 def trainscale(*args: str, timeout: float = 300, check: bool = False, env=None):
     """Run the CLI; return the CompletedProcess (stdout and stderr as text)."""
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
@@ -66,9 +82,18 @@ def largest_difference(weights, others) -> float:
 
 
 def assert_options_recorded(settings: dict, options: list[str]) -> None:
-    """Each `--flag value` pair of `options` is in a record's settings."""
-    for flag, value in zip(options[::2], options[1::2], strict=True):
+    """Each `--flag value` pair, `--flag` and `--no-flag` of `options` is in a record's settings."""
+    options = list(options)
+    while options:
+        flag = options.pop(0)
+        if flag.startswith("--no-"):
+            assert settings[flag[5:].replace("-", "_")] is False, flag
+            continue
         key = flag[2:].replace("-", "_")
+        if not options or options[0].startswith("--"):
+            assert settings[key] is True, flag
+            continue
+        value = options.pop(0)
         assert str(settings[key]) == value or float(settings[key]) == float(value), key
 
 
@@ -232,6 +257,18 @@ def example_frameworks() -> list[str]:
     return [spec.name for spec in REGISTRY if spec.ecosystem in ecosystems]
 
 
+def one_per_launch_kind(ecosystem: str) -> list[str]:
+    """The first framework of `ecosystem` for each launch kind (trainscale.launch_kinds):
+    where a failure's handling is the launcher's, more of a kind prove nothing new."""
+    from trainscale.registry import REGISTRY
+
+    first = {}
+    for spec in REGISTRY:
+        if spec.ecosystem == ecosystem:
+            first.setdefault(id(spec.launch), spec.name)
+    return list(first.values())
+
+
 def example_replicas(framework: str) -> int:
     """2 CPU replicas where the framework is distributed, else 1."""
     from trainscale.registry import framework_spec
@@ -243,9 +280,10 @@ def horovod_launcher(framework: str) -> list[str]:
     """horovodrun --gloo for a Horovod framework: the launcher the examples
     document, and here 6 s quicker to start than mpirun (tests/harness covers
     mpirun)."""
+    from trainscale.launch_kinds import HOROVOD
     from trainscale.registry import framework_spec
 
-    return ["--horovod-launcher", "gloo"] if framework_spec(framework).launch == "horovod" else []
+    return ["--horovod-launcher", "gloo"] if framework_spec(framework).launch is HOROVOD else []
 
 
 def run_example(framework: str, *script_args: str, timeout: float = 600):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The harness demo: each framework trains tiny VGG-16 (32x32) on 2 CPU replicas
-# (the single-device baselines on 1) from a generated archive in the real
-# cifar-100-python format, each from its own environment, and prints its
-# record's total images/sec.
+# The harness demo: every framework of the registry trains tiny VGG-16 (32x32)
+# on 2 CPU replicas (the single-device baselines on 1) from a generated archive
+# in the real cifar-100-python format, each from the environment its registry
+# entry names, and prints its record's total images/sec.
 set -euo pipefail
 train_venv=${TRAIN_VENV:-.venv-train}
 torch_venv=${TORCH_VENV:-.venv-torch}
@@ -19,12 +19,18 @@ fi
 common=(--model vgg16 --image-size 32 --batch-size 32 --dataset cifar100
         --data-dir "$demo_dir/data" --device cpu
         --warmup-steps 2 --iterations 5 --steps-per-iteration 5)
-for framework in tf-single tf-mirrored tf-multiworker horovod torch-single torch-ddp horovod-torch; do
-  replicas=2
-  case "$framework" in tf-single | torch-single) replicas=1 ;; esac
-  venv=$train_venv
-  case "$framework" in torch-* | horovod-torch) venv=$torch_venv ;; esac
+# One line per framework: its name, replicas, and its environment's config key.
+frameworks=$("$train_venv/bin/python" -c "
+from trainscale.registry import REGISTRY
+for spec in REGISTRY:
+    print(spec.name, 1 if spec.one_device else 2, spec.environment)")
+while read -r framework replicas environment; do
+  case "$environment" in
+    train_env) venv=$train_venv ;;
+    torch_env) venv=$torch_venv ;;
+    *) echo "demo: no environment for $environment (tools/demo-harness.sh)" >&2; exit 2 ;;
+  esac
   "$venv/bin/trainscale" run --framework "$framework" --gpus-per-node "$replicas" \
-    "${common[@]}" --output "$demo_dir/$framework.json" 2>"$demo_dir/$framework.log" \
+    "${common[@]}" --output "$demo_dir/$framework.json" 2>"$demo_dir/$framework.log" </dev/null \
     || { echo "demo: $framework failed, see $demo_dir/$framework.log" >&2; exit 1; }
-done
+done <<< "$frameworks"

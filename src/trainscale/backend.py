@@ -7,8 +7,7 @@ TensorFlow or torch sits behind a Backend, built once per process:
 
 - prepare(): processes find each other, pick their devices, build the model,
   the optimizer, the precision policy, the sharded input and the compiled
-  step. Afterwards num_processes, process_index, replicas_in_process and
-  devices say what this process is.
+  step. Afterwards `topology` says where this process stands.
 - step() runs one training step and returns the loss as the device holds it;
   read_loss() turns it into a float, which waits for the step to finish.
 - gather_rows() stacks a row of floats from every process with the
@@ -28,6 +27,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,26 @@ def require_cuda_devices(count: int) -> None:
         )
 
 
+@dataclass
+class Topology:
+    """Where this process stands among the run's: what a framework's set-up
+    finds out, written there once (the TensorFlow frameworks fill the
+    backend's own)."""
+
+    num_processes: int = 1
+    process_index: int = 0
+    replicas_in_process: int = 1
+    devices: list[str] = field(default_factory=list)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def num_replicas(self) -> int:
+        return self.num_processes * self.replicas_in_process
+
+
 class Backend:
     # Whether step()'s loss is already the global mean (tf.distribute reduces
     # it over replicas) or only this process's share, to be summed.
@@ -64,18 +84,7 @@ class Backend:
     def __init__(self, settings: RunSettings, options: RunOptions):
         self.settings = settings
         self.options = options
-        self.num_processes = 1
-        self.process_index = 0
-        self.replicas_in_process = 1
-        self.devices: list[str] = []
-
-    @property
-    def is_chief(self) -> bool:
-        return self.process_index == 0
-
-    @property
-    def num_replicas(self) -> int:
-        return self.num_processes * self.replicas_in_process
+        self.topology = Topology()
 
     def prepare(self) -> None:
         raise NotImplementedError
@@ -104,15 +113,23 @@ class Backend:
         return [json.loads(bytes(r).rstrip(b"\0").decode()) for r in rows]
 
     def trainable_weights(self) -> list[np.ndarray]:
-        """The model's trainable weights, in the model's order (the equivalence tests)."""
+        """The model's whole trainable weights, in the model's order (the
+        equivalence tests). Every process calls it: a framework that shards
+        them gathers them here."""
         raise NotImplementedError
 
     def close(self) -> None:
         """Leave the other processes cleanly, once the run is recorded (default: nothing)."""
 
     def trainable_parameters(self) -> int:
-        """How many numbers a gradient all-reduce moves (trainscale.predict)."""
+        """How many numbers the model trains: what a gradient all-reduce moves
+        (trainscale.predict), sharded or not."""
         raise NotImplementedError
+
+    def framework_config(self) -> dict:
+        """What the framework was configured with beyond the settings (DeepSpeed's
+        config), for the record; {} when nothing."""
+        return {}
 
     def peak_memory(self) -> dict:
         """This process's peak: the GPU allocator's, else the peak RSS."""
@@ -144,6 +161,13 @@ def init_horovod(hvd, settings: RunSettings) -> None:
     threshold = round(settings.horovod_fusion_threshold_mb * 2**20)
     os.environ["HOROVOD_FUSION_THRESHOLD"] = str(threshold)
     hvd.init()
+
+
+def horovod_wire_compression(hvd, settings: RunSettings):
+    """Horovod's compression of gradients on the wire, as --horovod-compression says."""
+    return {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}[
+        settings.horovod_compression
+    ]
 
 
 def horovod_versions(module: str) -> dict:

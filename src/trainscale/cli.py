@@ -9,20 +9,20 @@ import argparse
 import dataclasses
 import os
 import sys
+from argparse import SUPPRESS
 
-from trainscale.registry import framework_spec, missing_module
+from trainscale.launch_kinds import HOROVOD_LAUNCHER
+from trainscale.registry import FRAMEWORKS, framework_spec, missing_module
+from trainscale.setting import REQUIRED, Setting
 from trainscale.settings import (
-    DATASETS,
-    DEVICES,
-    FRAMEWORKS,
-    HOROVOD_LAUNCHERS,
-    MODELS,
-    OPTIMIZERS,
-    PRECISIONS,
+    OPTIONS,
+    SETTING,
     RunOptions,
     RunSettings,
     SettingsError,
+    all_settings,
     validate,
+    validate_options,
     with_global_batch,
 )
 
@@ -34,167 +34,50 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _on_off(group, name: str, default: bool, what: str = "") -> None:
-    """--NAME / --no-NAME, as argparse.BooleanOptionalAction (Python 3.9+) makes them;
-    written out because the harness also runs on Python 3.8 (NVIDIA 23.03)."""
-    flag = name.replace("_", "-")
+def _add(group, setting: Setting, default=None) -> None:
+    """`setting`'s flag, as its declaration says (trainscale.setting); a bool is
+    --NAME / --no-NAME, as argparse.BooleanOptionalAction (Python 3.9+) makes
+    them, written out because the harness also runs on Python 3.8 (NVIDIA 23.03)."""
+    default = setting.default if default is None else default
+    if setting.type is bool:
+        state = "on" if default else "off"
+        help_text = f"{setting.help} (default: {state}; --no-{setting.flag[2:]} turns it off)"
+        group.add_argument(
+            setting.flag, dest=setting.name, action="store_true", default=default, help=help_text
+        )
+        group.add_argument(
+            "--no-" + setting.flag[2:], dest=setting.name, action="store_false", help=SUPPRESS
+        )
+        return
+    required = default is REQUIRED
+    choices = f"; one of {', '.join(str(c) for c in setting.choices)}" if setting.choices else ""
+    shown = "" if required or default is None else " (default: %(default)s)"
     group.add_argument(
-        f"--{flag}",
-        dest=name,
-        action="store_true",
-        default=default,
-        help=f"{what} (default: {'on' if default else 'off'}; --no-{flag} turns it off)".strip(),
+        setting.flag,
+        dest=setting.name,
+        type=setting.type,
+        required=required,
+        default=None if required else default,
+        metavar=setting.metavar,
+        help=f"{setting.help}{choices}{shown}",
     )
-    group.add_argument(f"--no-{flag}", dest=name, action="store_false", help=argparse.SUPPRESS)
 
 
 def _options() -> argparse.ArgumentParser:
-    defaults = RunSettings(framework="tf-single")
-    run_defaults = RunOptions()
+    """`train` and `run`'s options: one flag per declared setting and run option."""
     p = _Parser(add_help=False)
-    grid = p.add_argument_group("grid point")
-    grid.add_argument("--framework", required=True, help=f"one of {', '.join(FRAMEWORKS)}")
-    grid.add_argument("--nodes", type=int, default=defaults.nodes)
-    grid.add_argument("--gpus-per-node", type=int, default=defaults.gpus_per_node)
-    grid.add_argument("--model", default=defaults.model, help=f"one of {', '.join(MODELS)}")
-    batch = grid.add_mutually_exclusive_group()
-    batch.add_argument(
-        "--batch-size",
-        type=int,
-        default=defaults.batch_size,
-        help="per replica (weak scaling, the paper's setting; default %(default)s)",
-    )
-    batch.add_argument(
-        "--global-batch-size",
-        type=int,
-        help="split over all replicas instead (strong scaling); must divide evenly",
-    )
-    data = p.add_argument_group("data and device")
-    data.add_argument("--image-size", type=int, default=defaults.image_size)
-    data.add_argument("--dataset", default=defaults.dataset, help=f"one of {', '.join(DATASETS)}")
-    data.add_argument("--data-dir", default=defaults.data_dir, help="holds cifar-100-python/")
-    data.add_argument("--device", default=defaults.device, help=f"one of {', '.join(DEVICES)}")
-    _on_off(data, "augment", defaults.augment)
-    measure = p.add_argument_group("measurement")
-    measure.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
-    measure.add_argument("--iterations", type=int, default=defaults.iterations)
-    measure.add_argument("--steps-per-iteration", type=int, default=defaults.steps_per_iteration)
-    measure.add_argument(
-        "--time-budget-seconds",
-        type=float,
-        default=defaults.time_budget_seconds,
-        metavar="SECONDS",
-        help="stop timing blocks once they have taken this long (at least 2, at most "
-        "--iterations); 0: time exactly --iterations blocks (default)",
-    )
-    measure.add_argument("--seed", type=int, default=defaults.seed)
-    training = p.add_argument_group("training")
-    training.add_argument(
-        "--optimizer", default=defaults.optimizer, help=f"one of {', '.join(OPTIMIZERS)}"
-    )
-    training.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    training.add_argument(
-        "--precision", default=defaults.precision, help=f"one of {', '.join(PRECISIONS)}"
-    )
-    _on_off(training, "xla", defaults.xla, "TensorFlow frameworks: XLA auto-clustering")
-    _on_off(training, "compile", defaults.compile, "torch frameworks: torch.compile the model")
-    _on_off(training, "channels_last", defaults.channels_last, "torch frameworks: NHWC layout")
-    training.add_argument(
-        "--horovod-launcher",
-        default=defaults.horovod_launcher,
-        help=f"how `run` starts Horovod ranks: {', '.join(HOROVOD_LAUNCHERS)}",
-    )
-    comms = p.add_argument_group("communication")
-    comms.add_argument(
-        "--horovod-compression",
-        default=defaults.horovod_compression,
-        help="gradients on the wire: none, or fp16 (hvd.Compression.fp16)",
-    )
-    comms.add_argument(
-        "--horovod-fusion-threshold-mb",
-        type=float,
-        default=defaults.horovod_fusion_threshold_mb,
-        metavar="MB",
-        help="Horovod's tensor fusion buffer (HOROVOD_FUSION_THRESHOLD); 0 turns fusion off",
-    )
-    comms.add_argument(
-        "--collective-implementation",
-        default=defaults.collective_implementation,
-        help="tf-multiworker's all-reduce: auto (NCCL on GPUs, RING on CPUs), ring or nccl",
-    )
-    comms.add_argument(
-        "--all-reduce-pack-mb",
-        type=float,
-        default=defaults.all_reduce_pack_mb,
-        metavar="MB",
-        help="tf-multiworker: all-reduce gradients in packs of this size "
-        "(CommunicationOptions.bytes_per_pack); 0: TensorFlow decides",
-    )
-    comms.add_argument(
-        "--ddp-bucket-cap-mb",
-        type=float,
-        default=defaults.ddp_bucket_cap_mb,
-        metavar="MB",
-        help="torch-ddp: all-reduce gradients in buckets of this size (bucket_cap_mb)",
-    )
-    comms.add_argument(
-        "--ddp-compression",
-        default=defaults.ddp_compression,
-        help="torch-ddp: gradients on the wire: none, or fp16 (the fp16_compress_hook)",
-    )
-    out = p.add_argument_group("output")
-    out.add_argument("--output", help="where the JSON record goes (written atomically)")
-    out.add_argument(
-        "--save-weights",
-        metavar="NPZ",
-        help="also save initial and final trainable weights (used by the equivalence test)",
-    )
-    out.add_argument(
-        "--attempt",
-        type=int,
-        default=1,
-        metavar="N",
-        help="(run) which attempt at this grid point this is (the workflow's retries)",
-    )
-    out.add_argument(
-        "--attempts",
-        type=int,
-        default=0,
-        metavar="M",
-        help="(run) on attempt M or later, a failure still writes a record: status failed "
-        "with the log's tail (0: never)",
-    )
-    out.add_argument(
-        "--timeout",
-        type=float,
-        default=0,
-        metavar="SECONDS",
-        help="(run) stop every process after this long and record status timeout (0: none)",
-    )
-    out.add_argument(
-        "--collective-timeout",
-        type=float,
-        default=run_defaults.collective_timeout,
-        metavar="SECONDS",
-        help="a collective that waits this long for a stalled rank fails the run "
-        "(MultiWorkerMirrored, Horovod over Gloo, DDP; Horovod over MPI has no such "
-        "timeout: the watchdog bounds it) (0: wait forever)",
-    )
-    out.add_argument(
-        "--expect-cuda-devices",
-        type=int,
-        default=0,
-        metavar="N",
-        help="(train) fail unless CUDA_VISIBLE_DEVICES names at least N devices",
-    )
-    out.add_argument(
-        "--requested-gpus-per-node",
-        type=int,
-        default=0,
-        metavar="G",
-        help="(run) the GPUs per node the job asked its scheduler for; each process "
-        "must see its share",
-    )
+    groups = {}
+    for setting in (*all_settings(), *OPTIONS):
+        if setting.group not in groups:
+            groups[setting.group] = p.add_argument_group(setting.group)
+        _add(groups[setting.group], setting)
+        if setting.name == "batch_size":
+            groups[setting.group].add_argument(
+                "--global-batch-size",
+                type=int,
+                help="instead of --batch-size: split over all replicas (strong scaling); "
+                "must divide evenly",
+            )
     return p
 
 
@@ -222,13 +105,13 @@ def parse(argv: list[str] | None = None):
     settings = RunSettings(**_fields_of(RunSettings, args))
     if args.global_batch_size is not None:
         settings = with_global_batch(settings, args.global_batch_size)
-    options = RunOptions(**_fields_of(RunOptions, args, renamed={"save_weights": "weights_file"}))
+    options = RunOptions(**_fields_of(RunOptions, args))
     return args, settings, options
 
 
-def _fields_of(kind, args, renamed=None) -> dict:
-    """The parsed options that are fields of the dataclass `kind` (flag name -> field)."""
-    values = {(renamed or {}).get(k, k): v for k, v in vars(args).items()}
+def _fields_of(kind, args) -> dict:
+    """The parsed options that are fields of the dataclass `kind`."""
+    values = vars(args)
     return {f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values}
 
 
@@ -240,8 +123,8 @@ def _example_parser(commands) -> None:
     )
     p.add_argument("framework", choices=FRAMEWORKS)
     p.add_argument("--replicas", type=int, default=1, help="GPUs, or CPU replicas (default 1)")
-    p.add_argument("--device", choices=DEVICES, default="cpu")
-    p.add_argument("--horovod-launcher", choices=HOROVOD_LAUNCHERS, default="mpi")
+    _add(p, SETTING["device"], default="cpu")
+    _add(p, HOROVOD_LAUNCHER)
     p.add_argument("--timeout", type=float, default=0, help="stop it after this long (0: none)")
 
 
@@ -291,12 +174,12 @@ def _example(args) -> int:
 
     if args.replicas < 1:
         raise SettingsError("--replicas must be at least 1")
+    SETTING["device"].validate(args.device)
+    HOROVOD_LAUNCHER.validate(getattr(args, HOROVOD_LAUNCHER.name))
     spec = framework_spec(args.framework)
     if spec.one_device and args.replicas != 1:
         raise SettingsError(f"{args.framework} runs on one device: --replicas must be 1")
-    plan = example_plan(
-        args.framework, args.replicas, args.device, args.arguments, args.horovod_launcher
-    )
+    plan = example_plan(args.framework, args.replicas, args.device, args.arguments, args)
     result = run_plan(plan, args.timeout)
     if result.timed_out:
         print(f"trainscale example: stopped after {result.seconds:.0f} s", file=sys.stderr)
@@ -324,16 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "predict":
             return _predict(args)
         validate(settings)
-        nonnegative = (
-            "expect_cuda_devices",
-            "requested_gpus_per_node",
-            "timeout",
-            "attempts",
-            "collective_timeout",
-        )
-        for option in nonnegative:
-            if getattr(args, option) < 0:
-                raise SettingsError(f"--{option.replace('_', '-')} must be zero or positive")
+        validate_options(options)
         _require(settings.framework)
         if args.command == "train":
             return _train(settings, options)

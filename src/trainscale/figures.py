@@ -1,4 +1,6 @@
-"""The paper's weak-scaling figures and the framework comparison. matplotlib + seaborn.
+"""The paper's weak-scaling figures, the framework comparison, efficiency,
+MFU, memory, the refactoring trade-off and the reference study
+(trainscale.plotting draws them).
 
 Every figure is written as PNG and PDF, atomically. Points whose runs did not
 end `ok` are left out (the tables show why); the combined frame passed in
@@ -7,161 +9,21 @@ holds only ok points.
 
 from __future__ import annotations
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")  # files only, no display (clusters and CI have none)
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from trainscale.records import atomic_path  # noqa: E402
-from trainscale.registry import framework_spec  # noqa: E402
-from trainscale.registry import label as framework_label  # noqa: E402
-from trainscale.tables import PANEL  # noqa: E402
-from trainscale.tidy import series_label, series_order  # noqa: E402
-
-THROUGHPUT = "Throughput (images/sec, all GPUs)"
+from trainscale.plotting import THROUGHPUT, finish, host_series, panels_of, plot, plt, plural, sns
+from trainscale.records import atomic_path
+from trainscale.registry import framework_spec
+from trainscale.registry import label as framework_label
+from trainscale.tidy import series_label, series_order
 
 
-def _panels(frame: pd.DataFrame):
-    """The figure and one panel per (model, batch size, shared knobs) the frame holds.
-
-    Small multiples, not one tangle: a big study (5 models x 7 batch sizes)
-    would otherwise draw hundreds of lines with a legend larger than the plot.
-    Yields (axes, that variant's rows); the figure is the first thing yielded.
-    """
-    sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
-    variants = sorted(frame[PANEL].drop_duplicates().itertuples(index=False))
-    count = max(1, len(variants))
-    columns = min(4, count)
-    rows = -(-count // columns)
-    # Constrained layout measures every tick label of every panel: fine for a
-    # few panels, most of the drawing time for dozens; those get fixed margins.
-    fig, axes = plt.subplots(
-        rows,
-        columns,
-        figsize=(max(6.4, 3.4 * columns), max(4.2, 2.8 * rows)),
-        layout="constrained" if count <= 4 else None,
-        squeeze=False,
-    )
-    if count > 4:
-        inch = 1 / fig.get_figheight()
-        fig.subplots_adjust(
-            left=0.07, right=0.98, top=1 - 0.9 * inch, bottom=1.2 * inch, hspace=0.5, wspace=0.3
-        )
-    flat = list(axes.flat)
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    if not variants:
-        return fig, [(flat[0], frame)]
-    panels = []
-    for ax, (model, batch_size, knobs) in zip(flat, variants, strict=False):
-        part = frame[
-            (frame["model"] == model)
-            & (frame["batch_size"] == batch_size)
-            & (frame["panel_knobs"] == knobs)
-        ]
-        if len(variants) > 1:
-            title = f"{model}, batch {batch_size}/GPU" + (f"\n{knobs}" if knobs else "")
-            # A fixed y: matplotlib otherwise measures every tick label of
-            # every panel at each draw to place titles (a third of the time).
-            ax.set_title(title, fontsize="small", y=1.0)
-        panels.append((ax, part))
-    return fig, panels
-
-
-def _lines(ax, frame, x, hue, label, y="images_per_sec_mean", err="images_per_sec_std"):
-    """One line per value of `hue`, in a fixed colour and marker per value."""
-    markers = "osD^vP*X"
-    palette = sns.color_palette("colorblind", n_colors=10)
-    for key, part in sorted(frame.groupby(hue), key=lambda kv: kv[0]):
-        part = part.sort_values(x)
-        index = _colour_index.setdefault(label(key), len(_colour_index))
-        ax.errorbar(
-            part[x],
-            part[y],
-            yerr=part[err] if err else None,
-            label=label(key),
-            color=palette[index % len(palette)],
-            marker=markers[index % len(markers)],
-            capsize=3,
-        )
-
-
-# Per figure: one colour per line label across all its panels.
-_colour_index: dict[str, int] = {}
-
-
-def _finish(fig, panels, paths: list[str], title: str, note: str | None = None):
-    fig.suptitle(title)
-    handles = {}
-    for ax, _ in panels:
-        if ax.has_data():
-            ax.set_ylim(bottom=0)
-            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-                handles.setdefault(label, handle)
-        else:
-            ax.text(
-                0.5, 0.5, "no ok runs to plot", ha="center", va="center", transform=ax.transAxes
-            )
-    if len(panels) > 1:  # one y label per row of panels
-        for ax, _ in panels:
-            if ax.get_subplotspec().colspan.start > 0:
-                ax.set_ylabel("")
-    if handles:
-        if len(panels) == 1:
-            panels[0][0].legend(handles.values(), handles.keys(), fontsize="small")
-        else:
-            where = "outside lower center" if fig.get_layout_engine() else "lower center"
-            # As many columns as the figure's width holds (about 12 characters
-            # an inch at this size): long labels (knobs) get fewer.
-            longest = max(len(label) for label in handles) + 6
-            ncols = max(1, min(4, len(handles), int(fig.get_figwidth() * 12 // longest)))
-            fig.legend(handles.values(), handles.keys(), loc=where, ncols=ncols)
-    if note:
-        fig.text(0.01, 0.005, note, fontsize="x-small", color="dimgray")
-    for path in paths:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=150 if len(panels) <= 4 else 80)
-    plt.close(fig)
-    _colour_index.clear()
-
-
-def _integer_ticks(ax, values):
-    ticks = sorted({int(v) for v in values})
-    if ticks:
-        ax.set_xticks(ticks)
-
-
-def _plural(count, word: str) -> str:
-    return f"{count} {word}{'s' if count > 1 else ''}"
-
-
-def _host_series(frame: pd.DataFrame) -> list[str]:
-    """'Horovod, 2 hosts': one line per series (framework and its own knobs) and host count."""
-    return [
-        f"{series_label(s)}, {_plural(n, 'host')}"
-        for s, n in zip(frame["series"], frame["nodes"], strict=True)
-    ]
-
-
-def _plot(frame, x, hue, label, xlabel, ylabel, y="images_per_sec_mean", err="images_per_sec_std"):
-    """Every figure's body: its panels, one line per `hue` value in each."""
-    fig, panels = _panels(frame)
-    for ax, variant in panels:
-        _lines(ax, variant, x, hue, label, y=y, err=err)
-        _integer_ticks(ax, variant[x])
-        ax.set(xlabel=xlabel, ylabel=ylabel)
-    return fig, panels
-
-
-def _weak_scaling(combined, framework, paths, note, x, lines, xlabel, line_label, over):
+def _weak_scaling(combined, framework, paths, note, x, line_of, xlabel, line_label, over):
     part = combined[combined["framework"] == framework]
     # Knobs only this framework reads (Horovod's compression) get lines of their own.
     own = [s.partition(" ")[2] for s in part["series"]]
-    part = part.assign(line=list(zip(own, part[lines], strict=True)))
-    fig, panels = _plot(
+    part = part.assign(line=list(zip(own, part[line_of], strict=True)))
+    fig, panels = plot(
         part,
         x,
         "line",
@@ -169,7 +31,7 @@ def _weak_scaling(combined, framework, paths, note, x, lines, xlabel, line_label
         xlabel,
         THROUGHPUT,
     )
-    _finish(fig, panels, paths, f"Weak scaling of {framework_label(framework)} with {over}", note)
+    finish(fig, panels, paths, f"Weak scaling of {framework_label(framework)} with {over}", note)
 
 
 def weak_scaling_hosts(combined: pd.DataFrame, framework: str, paths: list[str], note=None):
@@ -182,7 +44,7 @@ def weak_scaling_hosts(combined: pd.DataFrame, framework: str, paths: list[str],
         "nodes",
         "gpus_per_node",
         "Hosts (nodes)",
-        lambda g: _plural(g, "GPU") + "/host",
+        lambda g: plural(g, "GPU") + "/host",
         "the number of hosts",
     )
 
@@ -197,7 +59,7 @@ def weak_scaling_gpus(combined: pd.DataFrame, framework: str, paths: list[str], 
         "gpus_per_node",
         "nodes",
         "GPUs per host",
-        lambda n: _plural(n, "host"),
+        lambda n: plural(n, "host"),
         "GPUs per host",
     )
 
@@ -205,22 +67,20 @@ def weak_scaling_gpus(combined: pd.DataFrame, framework: str, paths: list[str], 
 def efficiency(combined: pd.DataFrame, paths: list[str], note=None):
     """Weak-scaling efficiency vs total GPUs, per framework and host count, with the ideal."""
     frame = combined.dropna(subset=["efficiency"]).copy()
-    frame["series"] = _host_series(frame)
+    frame["series"] = host_series(frame)
     ylabel = "Weak-scaling efficiency (speed-up / GPUs)"
-    fig, panels = _plot(
-        frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, "efficiency", None
-    )
+    fig, panels = plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, "efficiency", None)
     for ax, variant in panels:
         if not variant.empty:
             ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ideal")
-    _finish(fig, panels, paths, "Weak-scaling efficiency against each framework's 1-GPU run", note)
+    finish(fig, panels, paths, "Weak-scaling efficiency against each framework's 1-GPU run", note)
 
 
 def frameworks(combined: pd.DataFrame, paths: list[str], note=None):
     """Table I as a plot: frameworks on one node vs GPUs."""
     part = combined[combined["nodes"] == 1]
     part = part.assign(order=[series_order(s) + (s,) for s in part["series"]])
-    fig, panels = _plot(
+    fig, panels = plot(
         part,
         "gpus_per_node",
         "order",
@@ -228,20 +88,33 @@ def frameworks(combined: pd.DataFrame, paths: list[str], note=None):
         "GPUs (one host)",
         THROUGHPUT,
     )
-    _finish(fig, panels, paths, "Horovod vs TensorFlow on one host", note)
+    finish(fig, panels, paths, "Horovod vs TensorFlow on one host", note)
+
+
+def memory(combined: pd.DataFrame, paths: list[str], note=None):
+    """Peak memory per replica vs total GPUs, one line per series (a framework
+    and its own knobs: ZeRO stage, FSDP's resharding) and host count: what
+    sharding buys (seed 003)."""
+    frame = combined.dropna(subset=["peak_memory_per_replica_mib"]).copy()
+    frame["series"] = host_series(frame)
+    ylabel = "Peak memory per replica (MiB)"
+    y = "peak_memory_per_replica_mib"
+    fig, panels = plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, y, None)
+    title = "Peak memory per replica (GPU allocator's peak; on CPUs, peak resident memory)"
+    finish(fig, panels, paths, title, note)
 
 
 def utilisation(combined: pd.DataFrame, paths: list[str], note=None):
     """Model FLOPs utilisation vs total GPUs, per framework and host count."""
     frame = combined.dropna(subset=["mfu"]).copy()
-    frame["series"] = _host_series(frame)
+    frame["series"] = host_series(frame)
     ylabel = "MFU (achieved / peak FLOP/s)"
-    fig, panels = _plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, "mfu", None)
+    fig, panels = plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, "mfu", None)
     if frame.empty and len(combined):
         devices = ", ".join(sorted(set(combined["device"])))
         why = f"No MFU: the peak of this study's devices ({devices}) is not in trainscale.flops."
         note = f"{why} {note}" if note else why
-    _finish(fig, panels, paths, "Model FLOPs utilisation", note)
+    finish(fig, panels, paths, "Model FLOPs utilisation", note)
 
 
 def _shared_gpu_count(variant: pd.DataFrame) -> int | None:
@@ -264,7 +137,7 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
     frame = combined[combined["framework"].isin(touched)]
     markers = "osD^vP*X"
     palette = sns.color_palette("colorblind", n_colors=10)
-    fig, panels = _panels(frame)
+    fig, panels = panels_of(frame)
     for ax, variant in panels:
         shared = _shared_gpu_count(variant)
         for index, (series, part) in enumerate(
@@ -279,7 +152,7 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
                 [touched[framework]],
                 point["images_per_sec_mean"],
                 yerr=point["images_per_sec_std"],
-                label=f"{series_label(series)}, {_plural(int(gpus), 'GPU')}",
+                label=f"{series_label(series)}, {plural(int(gpus), 'GPU')}",
                 color=palette[index % len(palette)],
                 marker=markers[index % len(markers)],
                 linestyle="none",
@@ -287,7 +160,7 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
             )
         ax.set(xlabel="Lines of the single-device script touched", ylabel=THROUGHPUT)
         ax.set_xlim(left=-2)
-    _finish(fig, panels, paths, "Throughput against refactoring effort", note)
+    finish(fig, panels, paths, "Throughput against refactoring effort", note)
 
 
 def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
@@ -346,21 +219,21 @@ def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], not
     from trainscale.tidy import add_series
 
     comparison = add_series(comparison.assign(knobs=comparison.get("knobs", "")))
-    lines = [
+    names = [
         f"{series_label(s)}, {n}n"
         for s, n in zip(comparison["series"], comparison["nodes"], strict=True)
     ]
-    measured = comparison.assign(series=[f"{line} measured" for line in lines])
+    measured = comparison.assign(series=[f"{name} measured" for name in names])
     published = comparison.assign(
-        series=[f"{line} {reference}" for line in lines],
+        series=[f"{name} {reference}" for name in names],
         images_per_sec_mean=comparison["reference_images_per_sec_mean"],
         images_per_sec_std=comparison["reference_images_per_sec_std"],
     )
     both = pd.concat([measured, published])
-    fig, panels = _plot(both, "gpus", "series", str, "GPUs (all hosts)", THROUGHPUT)
+    fig, panels = plot(both, "gpus", "series", str, "GPUs (all hosts)", THROUGHPUT)
     mine = ", ".join(sorted(set(comparison["device"])))
     theirs = ", ".join(sorted(set(comparison["reference_device"])))
-    _finish(fig, panels, paths, f"This study ({mine}) vs {reference} ({theirs})", note)
+    finish(fig, panels, paths, f"This study ({mine}) vs {reference} ({theirs})", note)
 
 
 def write_figures(
@@ -402,6 +275,7 @@ def write_figures(
         (efficiency, (combined, paths("efficiency"), note)),
         (frameworks, (combined, paths("frameworks"), note)),
         (utilisation, (combined, paths("mfu"), note)),
+        (memory, (combined, paths("memory"), note)),
     ]
     if refactoring_csv:
         refactoring = pd.read_csv(refactoring_csv)

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from trainscale.backend import DeviceError, init_horovod
+from trainscale.backend import DeviceError, Topology, horovod_wire_compression, init_horovod
 from trainscale.settings import RunOptions, RunSettings, local_cpu_count
 from trainscale.slurm import slurm_port_base
 
@@ -32,13 +32,11 @@ class Framework:
     # reduce it over replicas) or only this process's share (Horovod).
     loss_is_global = True
 
-    def __init__(self, settings: RunSettings, options: RunOptions):
+    def __init__(self, settings: RunSettings, options: RunOptions, topology: Topology):
         self.settings = settings
         self.options = options
-        self.num_processes = 1
-        self.process_index = 0
-        self.replicas_in_process = 1
-        self.devices: list[str] = []
+        # The backend's own: what setup() finds out is written there.
+        self.topology = topology
 
     def scope(self):
         return contextlib.nullcontext()
@@ -108,14 +106,14 @@ class SingleDevice(Framework):
         configure_host(self.settings, 1)
         if self.settings.device == "gpu":
             _require_gpus(1, "tf-single")
-            self.devices = ["/GPU:0"]
+            self.topology.devices = ["/GPU:0"]
         else:
-            self.devices = ["/CPU:0"]
+            self.topology.devices = ["/CPU:0"]
 
     def scope(self):
         import tensorflow as tf
 
-        return tf.device(self.devices[0])
+        return tf.device(self.topology.devices[0])
 
 
 # --------------------------------------------------------------------------
@@ -134,7 +132,7 @@ class Horovod(Framework):
         self.hvd = hvd
         init_horovod(hvd, self.settings)
         configure_host(self.settings, hvd.local_size())
-        self.num_processes, self.process_index = hvd.size(), hvd.rank()
+        self.topology.num_processes, self.topology.process_index = hvd.size(), hvd.rank()
         if self.settings.device == "gpu":
             gpus = _require_gpus(1, f"horovod rank {hvd.rank()}")
             # With every GPU of the node visible, rank i takes GPU i; a launcher
@@ -145,9 +143,9 @@ class Horovod(Framework):
                     f"horovod local rank {index} has no GPU: this process sees {len(gpus)}"
                 )
             tf.config.set_visible_devices(gpus[index], "GPU")
-            self.devices = [f"/GPU:0 (physical {gpus[index].name})"]
+            self.topology.devices = [f"/GPU:0 (physical {gpus[index].name})"]
         else:
-            self.devices = ["/CPU:0"]
+            self.topology.devices = ["/CPU:0"]
         if hvd.size() != self.settings.replicas:
             raise DeviceError(
                 f"horovod was launched with {hvd.size()} ranks but the run asks for "
@@ -160,10 +158,8 @@ class Horovod(Framework):
 
     def wrap_tape(self, tape):
         # Sum, not Average: each rank's loss is already divided by the global batch.
-        compression = {"none": self.hvd.Compression.none, "fp16": self.hvd.Compression.fp16}
-        return self.hvd.DistributedGradientTape(
-            tape, op=self.hvd.Sum, compression=compression[self.settings.horovod_compression]
-        )
+        compression = horovod_wire_compression(self.hvd, self.settings)
+        return self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum, compression=compression)
 
     def after_first_step(self, model, optimizer) -> None:
         # Horovod's pattern: broadcast after the first step, once the
@@ -226,7 +222,7 @@ class Strategy(Framework):
     def setup(self) -> None:
         self.strategy = self.create_strategy()
         replicas = self.strategy.num_replicas_in_sync
-        self.replicas_in_process = replicas // self.num_processes
+        self.topology.replicas_in_process = replicas // self.topology.num_processes
         if replicas != self.settings.replicas:
             raise DeviceError(
                 f"{self.name} has {replicas} replicas in sync but the run asks for "
@@ -261,10 +257,10 @@ class Strategy(Framework):
         import tensorflow as tf
 
         row = np.asarray(row, dtype=np.float64)
-        mine = np.zeros((self.num_processes, row.size), dtype=np.float64)
-        mine[self.process_index] = row
+        mine = np.zeros((self.topology.num_processes, row.size), dtype=np.float64)
+        mine[self.topology.process_index] = row
         zeros = np.zeros_like(mine)
-        per_process = self.replicas_in_process
+        per_process = self.topology.replicas_in_process
 
         def value(context):
             first_of_process = context.replica_id_in_sync_group % per_process == 0
@@ -288,14 +284,16 @@ class Mirrored(Strategy):
                 cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
             )
             configure_host(self.settings, 1)
-            self.devices = [d.name for d in tf.config.list_logical_devices("CPU")][:count]
+            self.topology.devices = [d.name for d in tf.config.list_logical_devices("CPU")][:count]
             cross_device_ops = tf.distribute.ReductionToOneDevice()
         else:
             configure_host(self.settings, 1)
             _require_gpus(count, "tf-mirrored")
-            self.devices = [d.name for d in tf.config.list_logical_devices("GPU")][:count]
+            self.topology.devices = [d.name for d in tf.config.list_logical_devices("GPU")][:count]
             cross_device_ops = None  # NCCL all-reduce, TensorFlow's default on GPUs
-        return tf.distribute.MirroredStrategy(self.devices, cross_device_ops=cross_device_ops)
+        return tf.distribute.MirroredStrategy(
+            self.topology.devices, cross_device_ops=cross_device_ops
+        )
 
 
 class MultiWorker(Strategy):
@@ -306,7 +304,7 @@ class MultiWorker(Strategy):
 
         resolver = self.cluster_resolver()
         workers = resolver.cluster_spec().num_tasks("worker")
-        self.num_processes, self.process_index = workers, resolver.task_id
+        self.topology.num_processes, self.topology.process_index = workers, resolver.task_id
         configure_host(self.settings, self.settings.processes_per_node())
         if self.settings.device == "gpu":
             _require_gpus(self.settings.gpus_per_node, f"tf-multiworker worker {resolver.task_id}")
@@ -328,7 +326,7 @@ class MultiWorker(Strategy):
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=options
         )
-        self.devices = list(strategy.extended.worker_devices)
+        self.topology.devices = list(strategy.extended.worker_devices)
         return strategy
 
     def cluster_resolver(self):
@@ -376,7 +374,7 @@ class MultiWorker(Strategy):
 FRAMEWORK_CLASSES = {cls.name: cls for cls in (SingleDevice, Horovod, Mirrored, MultiWorker)}
 
 
-def create_framework(settings: RunSettings, options: RunOptions) -> Framework:
-    framework = FRAMEWORK_CLASSES[settings.framework](settings, options)
+def create_framework(settings: RunSettings, options: RunOptions, topology: Topology) -> Framework:
+    framework = FRAMEWORK_CLASSES[settings.framework](settings, options, topology)
     framework.setup()
     return framework

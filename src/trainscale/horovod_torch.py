@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainscale.backend import init_horovod
+from trainscale.backend import horovod_wire_compression, init_horovod
 from trainscale.torch_backend import TorchBackend
 
 
@@ -22,30 +22,34 @@ class Horovod(TorchBackend):
 
         self.hvd = hvd
         init_horovod(hvd, self.settings)
-        self.num_processes, self.process_index = hvd.size(), hvd.rank()
+        self.topology.num_processes, self.topology.process_index = hvd.size(), hvd.rank()
         return hvd.local_size()
 
     def device_index(self, visible: int) -> int:
         return self.hvd.local_rank() if visible > 1 else 0
 
-    def wrap(self, model, optimizer):
+    def build(self, module):
         hvd = self.hvd
+        optimizer = self.make_optimizer(module.parameters())
         # Horovod's pattern: every rank starts from rank 0's exact state.
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_parameters(module.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
         # Sum, not Average: each rank's loss is already divided by the global batch.
         optimizer = hvd.DistributedOptimizer(
             optimizer,
-            named_parameters=model.named_parameters(),
-            compression=compression[self.settings.horovod_compression],
+            named_parameters=module.named_parameters(),
+            compression=horovod_wire_compression(hvd, self.settings),
             op=hvd.Sum,
         )
-        return model, optimizer
+        return module, optimizer
 
-    def scaled_step(self) -> None:
+    def update(self, objective) -> None:
+        if self.scaler is None:
+            return super().update(objective)
         # Horovod's recipe for loss scaling: reduce the scaled gradients,
         # unscale them, then step without reducing again.
+        self.optimizer.zero_grad()
+        self.scaler.scale(objective).backward()
         self.optimizer.synchronize()
         self.scaler.unscale_(self.optimizer)
         with self.optimizer.skip_synchronize():

@@ -1,29 +1,25 @@
 """`trainscale run`: start every process of one grid point and wait.
 
-On a machine of its own: Horovod ranks come from mpirun (or horovodrun
---gloo), MultiWorkerMirrored workers from N local processes each given its
-TF_CONFIG, torch.distributed ranks from N local processes each given its
-RANK and a free rendezvous port, the other frameworks from one process;
-more than one node is refused. Inside a SLURM job (what the SLURM profile
-submits): the same processes as srun job steps across the job's nodes
-(trainscale.slurm).
+The framework's launch kind (trainscale.launch_kinds) says which processes:
+on a machine of its own, its local plan (mpirun or horovodrun --gloo for
+Horovod ranks, one TF_CONFIG worker or torch.distributed rank per process, or
+one process); more than one node is refused. Inside a SLURM job (what the
+SLURM profile submits): its srun step across the job's nodes.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from trainscale.launch_kinds import Plan
 from trainscale.registry import framework_spec
 from trainscale.settings import RunOptions, RunSettings, SettingsError
-from trainscale.slurm import in_slurm_job, slurm_plan, slurm_watchdog
+from trainscale.slurm import in_slurm_job, slurm_watchdog
 from trainscale.supervision import (
     LaunchResult,
     MemoryCgroup,
@@ -38,104 +34,33 @@ def _train_command(
 ) -> list[str]:
     command = [sys.executable, "-m", "trainscale", "train", *settings.to_cli_args()]
     command += ["--output", options.output, "--collective-timeout", str(options.collective_timeout)]
-    if options.weights_file:
-        command += ["--save-weights", options.weights_file]
+    if options.save_weights:
+        command += ["--save-weights", options.save_weights]
     if expect_cuda_devices:
         command += ["--expect-cuda-devices", str(expect_cuda_devices)]
     return command
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel says are free now (held open together so they differ)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def horovod_command(ranks: int, launcher: str, command: list[str]) -> list[str]:
-    """`command` as `ranks` local Horovod ranks, started by mpirun or horovodrun --gloo."""
-    ranks = str(ranks)
-    if launcher == "gloo":
-        return [
-            sys.executable,
-            "-m",
-            "horovod.runner.launch",
-            "--gloo",
-            "-np",
-            ranks,
-            "-H",
-            f"localhost:{ranks}",
-            *command,
-        ]
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        raise SettingsError("--horovod-launcher mpi: no mpirun on PATH (install openmpi-bin)")
-    mpirun_command = [mpirun, "-np", ranks, "--bind-to", "none", "--map-by", "slot"]
-    mpirun_command.append("--oversubscribe")
-    if os.geteuid() == 0:
-        mpirun_command.append("--allow-run-as-root")
-    # Containers often forbid the cross-memory-attach syscalls Open MPI's
-    # shared-memory transport tries first; falling back costs nothing here.
-    mpirun_command += ["--mca", "btl_vader_single_copy_mechanism", "none"]
-    return mpirun_command + command
-
-
-def local_plan(
-    launch: str, processes: int, command: list[str], horovod_launcher: str = "mpi"
-) -> list[tuple[list[str], dict[str, str]]]:
-    """The (argv, extra environment) of `processes` local processes running
-    `command` as a framework of registry launch kind `launch` starts them: the
-    harness's ranks, and the examples' (trainscale.examples)."""
-    if launch == "horovod":
-        return [(horovod_command(processes, horovod_launcher, command), {})]
-    if launch == "torch-distributed":
-        port = free_ports(1)[0]
-        ranks = {"WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes)}
-        ranks.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        return [
-            (command, {**ranks, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-            for rank in range(processes)
-        ]
-    if launch == "multiworker":
-        addresses = [f"localhost:{port}" for port in free_ports(processes)]
-        plan = []
-        for index in range(processes):
-            task = {"type": "worker", "index": index}
-            tf_config = {"cluster": {"worker": addresses}, "task": task}
-            plan.append((command, {"TF_CONFIG": json.dumps(tf_config)}))
-        return plan
-    return [(command, {})]
-
-
-def process_plan(
-    settings: RunSettings, options: RunOptions
-) -> list[tuple[list[str], dict[str, str]]]:
+def process_plan(settings: RunSettings, options: RunOptions) -> Plan:
     """The (argv, extra environment) of every process `run` starts.
 
     Inside a SLURM job the processes are job steps started with srun across
     the job's nodes; elsewhere they are local processes on this one machine.
     """
-    processes_per_node = settings.processes_per_node()
+    kind = framework_spec(settings.framework).launch
+    processes_per_node = kind.processes_per_node(settings.gpus_per_node, settings.device)
     # Each process must see the GPUs it drives (checked before any timing).
     requested = options.requested_gpus_per_node
     expect = requested // processes_per_node if requested else 0
     train_command = _train_command(settings, options, expect)
     if in_slurm_job():
-        return slurm_plan(settings, train_command, requested)
+        return kind.slurm_plan(settings, train_command, requested)
     if settings.nodes != 1:
         raise SettingsError(
             f"--nodes {settings.nodes}: `trainscale run` launches on this machine only; "
             "run multi-node points with `snakemake --profile profiles/slurm`"
         )
-    launch = framework_spec(settings.framework).launch
-    return local_plan(launch, processes_per_node, train_command, settings.horovod_launcher)
+    return kind.local_plan(processes_per_node, train_command, settings)
 
 
 def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:
@@ -152,7 +77,7 @@ def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:
     return run_plan(process_plan(settings, options), timeout)
 
 
-def run_plan(plan: list[tuple[list[str], dict[str, str]]], timeout: float) -> LaunchResult:
+def run_plan(plan: Plan, timeout: float) -> LaunchResult:
     """Start every process of `plan` and wait for all of them, `timeout` seconds
     at most (0: no limit); one that fails ends the others."""
     processes, relays, oom_lines = [], [], []

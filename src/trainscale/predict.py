@@ -6,9 +6,17 @@ knobs), a step on `nodes` x `gpus` replicas (p = nodes * gpus) takes
 
     step      = compute + exposed
     compute   = batch / (the 1-GPU run's images/sec)      (no communication there)
-    exposed   = max(0, allreduce - overlap * backward)    backward = 2/3 of compute
-    allreduce = the gradient's all-reduce, B bytes (trainable parameters x
-                bytes per element on the wire: 2 with fp16 compression, else 4):
+    exposed   = max(0, exchange - overlap * backward)     backward = 2/3 of compute
+    exchange  = what the framework moves per step, as its registry entry says
+                (registry.Traffic): f ring passes over B bytes (trainable
+                parameters x bytes per element on the wire: 2 with fp16
+                compression, else 4); an all-reduce of the gradient is f = 2,
+                ZeRO-3 and FSDP (all-gather in forward and in backward,
+                reduce-scatter) f = 3. The all-reduce's terms below scale by f/2.
+                A framework whose traffic the model cannot say (a sharded one
+                on CPU, where gloo's reduce-scatter is a whole all-reduce) is
+                refused, in one line, rather than fitted with the wrong bytes.
+    allreduce = the gradient's all-reduce (f = 2):
       ring:         2(p-1)/p * B / bandwidth + 2(p-1) * latency, over the
                     slowest link the ring crosses: the node's own (intra) on
                     one node, the network (inter) across nodes. NCCL's and
@@ -50,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from trainscale.flops import KNOWN_TRAINABLE_PARAMETERS
-from trainscale.registry import framework_spec, label, table_order
+from trainscale.registry import FRAMEWORKS, Traffic, framework_spec, label, table_order
 
 ALGORITHMS = ("ring", "hierarchical")
 # The grid predicted when a study's config names none (the schema's defaults).
@@ -58,7 +66,6 @@ PREDICT_NODES = (1, 2, 4, 8, 16, 32, 64)
 PREDICT_GPUS_PER_NODE = (4,)
 BOOTSTRAP_FITS = 200
 BACKWARD_SHARE = 2 / 3  # of a step's compute: the backward pass is about 2 forwards
-BYTES_PER_ELEMENT = {"none": 4, "fp16": 2}
 # The parameter vector: seconds per byte and seconds per ring step, per link.
 PARAMETERS = ("seconds_per_byte_intra", "latency_intra", "seconds_per_byte_inter",
               "latency_inter", "overlap")  # fmt: skip
@@ -98,6 +105,8 @@ class Series:
     knobs: str
     gradient_bytes: int
     cells: tuple[Cell, ...]
+    passes: float = 2.0  # ring passes over the gradient per step (registry.Traffic)
+    refused: str = ""  # why the model cannot say what a step moves ("" if it can)
 
     @property
     def name(self) -> str:
@@ -115,10 +124,17 @@ class StepModel:
     gradient_bytes: int
     batch_size: int
     tied: tuple[str, ...] = ()  # links taken equal to the other (no cell crossed them)
+    passes: float = 2.0
 
     def step_seconds(self, nodes, gpus_per_node) -> np.ndarray:
         return step_seconds(
-            self.parameters, self.compute, self.gradient_bytes, self.algorithm, nodes, gpus_per_node
+            self.parameters,
+            self.compute,
+            self.gradient_bytes,
+            self.algorithm,
+            nodes,
+            gpus_per_node,
+            self.passes,
         )
 
     def images_per_sec(self, nodes, gpus_per_node) -> np.ndarray:
@@ -126,29 +142,40 @@ class StepModel:
         return nodes * gpus_per_node * self.batch_size / self.step_seconds(nodes, gpus_per_node)
 
 
-def allreduce_terms(gradient_bytes, algorithm, nodes, gpus_per_node) -> np.ndarray:
+def allreduce_terms(
+    gradient_bytes, algorithm, nodes, gpus_per_node, passes: float = 2.0
+) -> np.ndarray:
     """Per cell, what multiplies each link parameter (seconds per byte, latency;
-    intra then inter) in the all-reduce's seconds: a (cells, 4) matrix."""
+    intra then inter) in the exchange's seconds: a (cells, 4) matrix. The
+    all-reduce's (2 passes), scaled to the framework's `passes`."""
     n = np.atleast_1d(np.asarray(nodes, dtype=float))
     g = np.atleast_1d(np.asarray(gpus_per_node, dtype=float))
     if algorithm == "ring":
         p = n * g
         ring = np.stack([2 * (p - 1) / p * gradient_bytes, 2 * (p - 1)], axis=1)
         across = (n > 1)[:, None]
-        return np.concatenate([np.where(across, 0, ring), np.where(across, ring, 0)], axis=1)
-    intra = np.stack([2 * (g - 1) / g * gradient_bytes, 2 * (g - 1)], axis=1)
-    inter = np.stack([2 * (n - 1) / n * gradient_bytes, 2 * (n - 1)], axis=1)
-    return np.concatenate([intra, inter], axis=1)
+        terms = np.concatenate([np.where(across, 0, ring), np.where(across, ring, 0)], axis=1)
+    else:
+        intra = np.stack([2 * (g - 1) / g * gradient_bytes, 2 * (g - 1)], axis=1)
+        inter = np.stack([2 * (n - 1) / n * gradient_bytes, 2 * (n - 1)], axis=1)
+        terms = np.concatenate([intra, inter], axis=1)
+    return terms * (passes / 2)
 
 
-def allreduce_seconds(parameters, gradient_bytes, algorithm, nodes, gpus_per_node) -> np.ndarray:
-    """Seconds of one all-reduce of the gradient (module docstring)."""
-    terms = allreduce_terms(gradient_bytes, algorithm, nodes, gpus_per_node)
+def allreduce_seconds(
+    parameters, gradient_bytes, algorithm, nodes, gpus_per_node, passes: float = 2.0
+) -> np.ndarray:
+    """Seconds of one step's exchange (module docstring)."""
+    terms = allreduce_terms(gradient_bytes, algorithm, nodes, gpus_per_node, passes)
     return terms @ np.asarray(parameters[:4], dtype=float)
 
 
-def step_seconds(parameters, compute, gradient_bytes, algorithm, nodes, gpus_per_node):
-    communication = allreduce_seconds(parameters, gradient_bytes, algorithm, nodes, gpus_per_node)
+def step_seconds(
+    parameters, compute, gradient_bytes, algorithm, nodes, gpus_per_node, passes: float = 2.0
+):
+    communication = allreduce_seconds(
+        parameters, gradient_bytes, algorithm, nodes, gpus_per_node, passes
+    )
     hidden = parameters[4] * BACKWARD_SHARE * compute
     return compute + np.maximum(0.0, communication - hidden)
 
@@ -181,6 +208,8 @@ def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple
     """
     from scipy.optimize import least_squares, nnls
 
+    if series.refused:
+        raise PredictError(f"not fitted: {series.refused}, so a step's traffic is unknown")
     cells = list(series.cells if cells is None else cells)
     single = [c for c in cells if c.gpus == 1]
     if not single:
@@ -194,7 +223,7 @@ def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple
     nodes = np.array([c.nodes for c in multi])
     gpus = np.array([c.gpus_per_node for c in multi])
     measured = series.batch_size * nodes * gpus / np.array([c.images_per_sec for c in multi])
-    terms = allreduce_terms(series.gradient_bytes, algorithm, nodes, gpus)
+    terms = allreduce_terms(series.gradient_bytes, algorithm, nodes, gpus, series.passes)
     if tied:  # the link no cell crossed takes the other's values: its columns join them
         terms = terms[:, :2] + terms[:, 2:]
     backward = BACKWARD_SHARE * compute
@@ -233,7 +262,13 @@ def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple
     )
     best = refined.x if 2 * refined.cost <= np.sum(residuals(start) ** 2) else start
     model = StepModel(
-        compute, full(best), algorithm, series.gradient_bytes, series.batch_size, tied
+        compute,
+        full(best),
+        algorithm,
+        series.gradient_bytes,
+        series.batch_size,
+        tied,
+        series.passes,
     )
     rms = float(np.sqrt(np.mean(residuals(best) ** 2)))
     return model, rms
@@ -292,19 +327,18 @@ def _record(path: str) -> dict:
         return {}
 
 
-def gradient_bytes(record: dict, model: str, image_size: int) -> int:
-    """Bytes one all-reduce moves: trainable parameters x bytes per element."""
+def traffic(record: dict, model: str, image_size: int) -> tuple[int, Traffic]:
+    """(the gradient's bytes on the wire, what a step moves), as the record's
+    framework's registry entry says for the record's settings."""
     parameters = record.get("trainable_parameters") or KNOWN_TRAINABLE_PARAMETERS.get(
         (model, int(image_size))
     )
     if not parameters:
         raise PredictError(f"no trainable parameter count for {model} at {image_size}")
-    settings = record.get("settings", {})
-    knobs = framework_spec(record["framework"]).knobs if "framework" in record else ()
-    compression = next(
-        (settings.get(k) for k in ("horovod_compression", "ddp_compression") if k in knobs), None
-    )
-    return int(parameters) * BYTES_PER_ELEMENT.get(compression or "none", 4)
+    settings = {"device": record.get("device"), **record.get("settings", {})}
+    spec = framework_spec(record["framework"]) if record.get("framework") in FRAMEWORKS else None
+    moved = spec.traffic(settings) if spec else Traffic()
+    return int(parameters) * moved.bytes_per_element, moved
 
 
 SERIES_KEYS = ["framework", "model", "image_size", "batch_size", "knobs"]
@@ -317,7 +351,7 @@ def study_series(tidy: pd.DataFrame) -> list[Series]:
     for (framework, model, image_size, batch_size, knobs), rows in tidy.groupby(SERIES_KEYS):
         records = {path: _record(path) for path in rows["record"]}
         try:
-            size = gradient_bytes(records[rows["record"].iloc[0]], model, image_size)
+            size, moved = traffic(records[rows["record"].iloc[0]], model, image_size)
         except PredictError:
             continue
         cells = []
@@ -331,7 +365,17 @@ def study_series(tidy: pd.DataFrame) -> list[Series]:
                 Cell(int(nodes), int(gpus_per_node), float(mean), float(std), tuple(samples))
             )
         found.append(
-            Series(framework, model, int(image_size), int(batch_size), knobs, size, tuple(cells))
+            Series(
+                framework,
+                model,
+                int(image_size),
+                int(batch_size),
+                knobs,
+                size,
+                tuple(cells),
+                moved.passes,
+                moved.refused,
+            )
         )
     return sorted(found, key=lambda s: (table_order(s.framework), s.model, s.batch_size, s.knobs))
 

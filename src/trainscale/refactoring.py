@@ -27,22 +27,33 @@ import ast
 import difflib
 import html
 import io
+import json
 import os
 import re
 import tokenize
 from dataclasses import dataclass
 
-from trainscale.examples import EXAMPLES_DIR, base_of, example_path, user_launch
-from trainscale.registry import framework_spec, label, table_order
+from trainscale.examples import EXAMPLES_DIR, example_path, user_launch
+from trainscale.registry import (
+    REGISTRY,
+    base_of,
+    framework_modules,
+    framework_spec,
+    label,
+    table_order,
+)
 
 STAND_IN_BEGIN = "# >>> CPU stand-in"
 STAND_IN_END = "# <<< CPU stand-in"
-FRAMEWORK_MODULES = ("tensorflow", "keras", "torch", "horovod")
+# The modules framework names are rooted in: every ecosystem's and every
+# registered framework's own (registry.framework_modules).
+FRAMEWORK_MODULES = framework_modules()
 
 # Concept -> the names whose use shows a script needs it: one of them must be
 # a part of an introduced API name (hvd.init, strategy.run, sampler.set_epoch).
-# The paper's words where it has them.
-CONCEPTS = {
+# The paper's words where it has them. A registry entry may add evidence, or a
+# concept of its own (FrameworkSpec.concept_evidence): CONCEPTS below.
+_VOCABULARY = {
     "process group": ("init", "init_process_group", "destroy_process_group"),
     "rank and size": ("rank", "size", "local_rank", "get_rank", "get_world_size"),
     "device pinning": ("set_visible_devices", "set_memory_growth", "set_device"),
@@ -66,6 +77,17 @@ CONCEPTS = {
 }
 
 
+def _concepts() -> dict[str, tuple[str, ...]]:
+    concepts = dict(_VOCABULARY)
+    for spec in REGISTRY:
+        for concept, evidence in spec.concept_evidence:
+            concepts[concept] = tuple(dict.fromkeys((*concepts.get(concept, ()), *evidence)))
+    return concepts
+
+
+CONCEPTS = _concepts()
+
+
 @dataclass(frozen=True)
 class Refactoring:
     """One framework's example measured against its ecosystem's base."""
@@ -73,11 +95,11 @@ class Refactoring:
     framework: str
     base: str
     base_lines: int  # code lines of the base
-    lines: int  # code lines of the example
+    lines: int  # code lines of the example, and of the files beside it (example_files)
     added: int
     removed: int
     changed: int
-    api_names: tuple[str, ...]  # introduced: in the example, not in the base
+    api_names: tuple[str, ...]  # introduced: in the script, not in the base
     concepts: tuple[str, ...]  # declared in the example's docstring
     stand_in_lines: int  # CPU stand-in lines, not counted
     launch_one_node: str
@@ -242,6 +264,16 @@ def introduced_api_names(base_source: str, source: str) -> set[str]:
     return api_names(source, objects) - api_names(base_source, objects)
 
 
+def config_keys(config: dict, prefix: str = "") -> set[str]:
+    """A JSON config's keys, dotted below their parents (zero_optimization.stage)."""
+    keys = set()
+    for key, value in config.items():
+        keys.add(prefix + key)
+        if isinstance(value, dict):
+            keys |= config_keys(value, f"{prefix}{key}.")
+    return keys
+
+
 def concepts_evidenced(introduced: set[str]) -> set[str]:
     """The concepts whose evidence is part of an introduced API name."""
     parts = {part.removesuffix("()") for name in introduced for part in name.split(".")}
@@ -287,16 +319,24 @@ def measure(framework: str, examples_dir: str = EXAMPLES_DIR) -> Refactoring:
         raise ValueError(f"{framework}'s example {path}: {err}") from None
     base_code, code = code_lines(base_source), code_lines(source)
     added, removed, changed = line_changes(base_code, code)
-    one_node, two_nodes = user_launch(framework_spec(framework))
+    spec = framework_spec(framework)
+    # Files a user writes beside the script (DeepSpeed's JSON config): every
+    # line that is not blank is added, and its keys are API names to learn.
+    extra = [_read(os.path.join(examples_dir, name)) for name in spec.example_files]
+    config_lines = sum(len([line for line in text.splitlines() if line.strip()]) for text in extra)
+    names = introduced_api_names(base_source, source) | {
+        key for text in extra for key in config_keys(json.loads(text))
+    }
+    one_node, two_nodes = user_launch(spec)
     return Refactoring(
         framework=framework,
         base=base,
         base_lines=len(base_code),
-        lines=len(code),
-        added=added,
+        lines=len(code) + config_lines,
+        added=added + config_lines,
         removed=removed,
         changed=changed,
-        api_names=tuple(sorted(introduced_api_names(base_source, source))),
+        api_names=tuple(sorted(names)),
         concepts=concepts,
         stand_in_lines=stand_in,
         launch_one_node=one_node,
@@ -358,6 +398,8 @@ def side_by_side_diff(framework: str, examples_dir: str = EXAMPLES_DIR) -> str:
     base = base_of(framework)
     old = _read(example_path(base, examples_dir)).splitlines()
     new = _read(example_path(framework, examples_dir)).splitlines()
+    for name in framework_spec(framework).example_files:  # after the script, all added
+        new += ["", f"# ---- {name} ----", *_read(os.path.join(examples_dir, name)).splitlines()]
     script, base_script = framework_spec(framework).example, framework_spec(base).example
     title = f"{label(framework)}: {script} against {base_script}"
     page = difflib.HtmlDiff(wrapcolumn=90).make_file(

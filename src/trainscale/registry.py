@@ -1,74 +1,170 @@
 """What each framework is, in one place: everything trainscale knows about a
 framework apart from its training code, as data.
 
-The settings and their checks, the launcher, the study's grid and knob axes,
-the tables and figures, and the config schema's enum all read this registry
-(a test holds the schema to it), so a new framework is one entry here plus the
-code that trains it. Nothing here imports TensorFlow or torch: the workflow,
-the launcher and the analysis ask it in milliseconds, on a laptop too.
+An entry names its label and table order, its ecosystem and the environment
+it runs from, its launch kind (trainscale.launch_kinds), its topology limits,
+the knobs only it reads (declared here, once: trainscale.setting), where its
+training code is, what its processes cannot run without, its example script,
+what one of its training steps moves between replicas (the step model's
+traffic, trainscale.predict) and what it refuses. The settings, the
+launcher, the study's grid and schema, the tables and figures, the
+refactoring analysis and the tests all read it, so a new framework is one
+entry here, its module, its example and its own tests.
 
-How processes are started (`launch`):
-- "single": one process drives all of the node's replicas (one device, or
-  MirroredStrategy's devices);
-- "horovod": one rank per replica (mpirun or horovodrun --gloo here, srun
-  under SLURM);
-- "multiworker": one TF_CONFIG worker per node holding its GPUs, one per
-  replica on CPU (a worker holding two logical CPU replicas hung before its
-  first step);
-- "torch-distributed": one rank per replica, each told RANK, WORLD_SIZE,
-  LOCAL_RANK and the first rank's MASTER_ADDR:MASTER_PORT, the environment
-  torch.distributed's env:// rendezvous reads (local processes here, srun
-  tasks under SLURM).
-
-The ecosystem names the backend that trains it (trainscale.training.BACKENDS)
-and the environment key (in the study config) names the venv it runs from.
+Nothing here imports TensorFlow or torch: the workflow, the launcher and the
+analysis ask it in milliseconds, on a laptop too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
-# Knobs every framework reads (a table block or figure panel each).
-SHARED_KNOBS = ("precision",)
-# Knobs every framework of one ecosystem reads: compiling the step (XLA's
-# auto-clustering; torch.compile) and torch's memory layout.
-TENSORFLOW_KNOBS = ("xla",)
-TORCH_KNOBS = ("compile", "channels_last")
-ECOSYSTEM_KNOBS = {"tensorflow": TENSORFLOW_KNOBS, "torch": TORCH_KNOBS}
-HOROVOD_KNOBS = ("horovod_compression", "horovod_fusion_threshold_mb")
+from trainscale.launch_kinds import HOROVOD, MULTIWORKER, ONE_PROCESS, TORCHRUN, LaunchKind
+from trainscale.setting import Setting
+
+# The modules of each ecosystem (the refactoring analysis's framework names
+# are rooted in imports of these, and of each entry's `requires`).
+ECOSYSTEM_MODULES = {"tensorflow": ("tensorflow", "keras"), "torch": ("torch",)}
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What one training step moves between replicas, for the step model
+    (trainscale.predict): `passes` over the gradient's bytes, each pass moving
+    (p-1)/p of them over every link of a ring of p replicas in p-1 steps (a
+    ring all-reduce is 2 passes: a reduce-scatter and an all-gather), at
+    `bytes_per_element` per trainable parameter. `refused`: why the model
+    cannot say what this configuration moves (then no fit is made)."""
+
+    passes: float = 2.0
+    bytes_per_element: int = 4
+    refused: str = ""
+
+
+def _all_reduce(compression_knob: str = "") -> Callable[[Mapping], Traffic]:
+    """One all-reduce of the gradient, in half precision where `compression_knob` says fp16."""
+
+    def traffic(settings: Mapping) -> Traffic:
+        half = compression_knob and settings.get(compression_knob) == "fp16"
+        return Traffic(2.0, 2 if half else 4)
+
+    return traffic
+
+
+def _no_traffic(settings: Mapping) -> Traffic:
+    return Traffic(0.0)
 
 
 @dataclass(frozen=True)
 class FrameworkSpec:
     name: str
     label: str  # in tables and figures
-    ecosystem: str  # whose training code runs it: "tensorflow" or "torch"
-    environment: str  # the config key naming the environment it runs from
-    launch: str  # "single", "horovod", "multiworker" or "torch-distributed" (above)
-    one_node: bool = False
-    one_device: bool = False
-    # The knob axes this framework reads, beyond SHARED_KNOBS.
-    knobs: tuple[str, ...] = ()
-    # The other ecosystem's framework it is held against in the tables
-    # (trainscale.tables.cross_ecosystem_table), if any.
-    compared_with: str = ""
+    ecosystem: str  # whose training step runs it: "tensorflow" or "torch"
+    environment: str  # the study config key naming the environment it runs from
+    launch: LaunchKind
     # Where its training code is: "module:Class", a trainscale.backend.Backend.
-    backend: str = ""
+    backend: str
     # The module its processes cannot run without; `trainscale` refuses the
     # framework in a Python that lacks it (horovod-torch needs Horovod built
     # with its torch extension, which the TensorFlow environment never has).
-    requires: str = ""
+    requires: str
     # Its example script, below examples/: the study's workload written as the
     # framework's documentation teaches (trainscale.examples, .refactoring).
-    example: str = ""
+    example: str
+    one_node: bool = False
+    one_device: bool = False
+    # The knobs only this framework reads (and the entries sharing the object).
+    knobs: tuple[Setting, ...] = ()
+    # The other ecosystem's framework it is held against in the tables
+    # (trainscale.tables.cross_ecosystem_table), if any.
+    compared_with: str = ""
+    # Files beside the example a user writes too (DeepSpeed's JSON config):
+    # counted as added lines by the refactoring analysis.
+    example_files: tuple[str, ...] = ()
+    # Evidence of the concepts its example teaches beyond the vocabulary's own
+    # (trainscale.refactoring.CONCEPTS): (concept, names whose use shows it).
+    concept_evidence: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # What one step moves between replicas (record settings -> Traffic).
+    traffic: Callable[[Mapping], Traffic] = _all_reduce()
+    # A refusal of its own: settings -> "" or the one-line message.
+    check: Callable[[Any], str] | None = None
 
-    def processes_per_node(self, gpus_per_node: int, device: str) -> int:
-        """How many OS processes one node runs for G GPUs (replicas) per node."""
-        if self.launch in ("horovod", "torch-distributed"):
-            return gpus_per_node
-        if self.launch == "multiworker" and device == "cpu":
-            return gpus_per_node
-        return 1
+
+HOROVOD_KNOBS = (
+    Setting(
+        "horovod_compression",
+        str,
+        "none",
+        "gradients on the wire: none, or fp16 (hvd.Compression.fp16)",
+        choices=("none", "fp16"),
+        axis=True,
+        group="communication",
+    ),
+    Setting(
+        "horovod_fusion_threshold_mb",
+        float,
+        64.0,
+        "Horovod's tensor fusion buffer (HOROVOD_FUSION_THRESHOLD); 0 turns fusion off",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+)
+
+
+def _nccl_needs_a_gpu(settings) -> str:
+    if settings.collective_implementation == "nccl" and settings.device != "gpu":
+        return "--collective-implementation nccl needs --device gpu"
+    return ""
+
+
+MULTIWORKER_KNOBS = (
+    Setting(
+        "collective_implementation",
+        str,
+        "auto",
+        "tf-multiworker's all-reduce: auto (NCCL on GPUs, RING on CPUs), ring or nccl",
+        choices=("auto", "ring", "nccl"),
+        axis=True,
+        group="communication",
+        check=_nccl_needs_a_gpu,
+    ),
+    Setting(
+        "all_reduce_pack_mb",
+        float,
+        0.0,
+        "tf-multiworker: all-reduce gradients in packs of this size "
+        "(CommunicationOptions.bytes_per_pack); 0: TensorFlow decides",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+)
+
+DDP_KNOBS = (
+    Setting(
+        "ddp_bucket_cap_mb",
+        float,
+        25.0,
+        "torch-ddp: all-reduce gradients in buckets of this size (bucket_cap_mb)",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+    Setting(
+        "ddp_compression",
+        str,
+        "none",
+        "torch-ddp: gradients on the wire: none, or fp16 (the fp16_compress_hook)",
+        choices=("none", "fp16"),
+        axis=True,
+        group="communication",
+    ),
+)
 
 
 # In table order: each ecosystem's baseline first.
@@ -78,85 +174,87 @@ REGISTRY = (
         "TensorFlow, 1 device",
         "tensorflow",
         "train_env",
-        "single",
+        ONE_PROCESS,
+        backend="trainscale.tf_backend:TensorFlowBackend",
+        requires="tensorflow",
+        example="tf_single.py",
         one_node=True,
         one_device=True,
-        knobs=TENSORFLOW_KNOBS,
-        requires="tensorflow",
-        backend="trainscale.tf_backend:TensorFlowBackend",
-        example="tf_single.py",
+        traffic=_no_traffic,
     ),
     FrameworkSpec(
         "horovod",
         "Horovod",
         "tensorflow",
         "train_env",
-        "horovod",
-        knobs=TENSORFLOW_KNOBS + HOROVOD_KNOBS,
-        requires="horovod.tensorflow",
+        HOROVOD,
         backend="trainscale.tf_backend:TensorFlowBackend",
+        requires="horovod.tensorflow",
         example="tf_horovod.py",
+        knobs=HOROVOD_KNOBS,
+        traffic=_all_reduce("horovod_compression"),
     ),
     FrameworkSpec(
         "tf-mirrored",
         "TF MirroredStrategy",
         "tensorflow",
         "train_env",
-        "single",
-        one_node=True,
-        knobs=TENSORFLOW_KNOBS,
-        requires="tensorflow",
+        ONE_PROCESS,
         backend="trainscale.tf_backend:TensorFlowBackend",
+        requires="tensorflow",
         example="tf_mirrored.py",
+        one_node=True,
     ),
     FrameworkSpec(
         "tf-multiworker",
         "TF MultiWorkerMirrored",
         "tensorflow",
         "train_env",
-        "multiworker",
-        knobs=TENSORFLOW_KNOBS + ("collective_implementation", "all_reduce_pack_mb"),
-        requires="tensorflow",
+        MULTIWORKER,
         backend="trainscale.tf_backend:TensorFlowBackend",
+        requires="tensorflow",
         example="tf_multiworker.py",
+        knobs=MULTIWORKER_KNOBS,
     ),
     FrameworkSpec(
         "torch-single",
         "PyTorch, 1 device",
         "torch",
         "torch_env",
-        "single",
+        ONE_PROCESS,
+        backend="trainscale.torch_backend:TorchBackend",
+        requires="torch",
+        example="torch_single.py",
         one_node=True,
         one_device=True,
-        knobs=TORCH_KNOBS,
         compared_with="tf-single",
-        requires="torch",
-        backend="trainscale.torch_backend:TorchBackend",
-        example="torch_single.py",
+        traffic=_no_traffic,
     ),
     FrameworkSpec(
         "torch-ddp",
         "PyTorch DDP",
         "torch",
         "torch_env",
-        "torch-distributed",
-        knobs=TORCH_KNOBS + ("ddp_bucket_cap_mb", "ddp_compression"),
-        compared_with="horovod",
-        requires="torch",
+        TORCHRUN,
         backend="trainscale.torch_ddp:DistributedDataParallel",
+        requires="torch",
         example="torch_ddp.py",
+        knobs=DDP_KNOBS,
+        compared_with="horovod",
+        traffic=_all_reduce("ddp_compression"),
     ),
     FrameworkSpec(
         "horovod-torch",
         "Horovod (PyTorch)",
         "torch",
         "torch_env",
-        "horovod",
-        knobs=TORCH_KNOBS + HOROVOD_KNOBS,
-        compared_with="horovod",
-        requires="horovod.torch",
+        HOROVOD,
         backend="trainscale.horovod_torch:Horovod",
+        requires="horovod.torch",
         example="torch_horovod.py",
+        knobs=HOROVOD_KNOBS,
+        compared_with="horovod",
+        traffic=_all_reduce("horovod_compression"),
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)
@@ -176,6 +274,39 @@ def table_order(name: str) -> int:
 
 def label(name: str) -> str:
     return _BY_NAME[name].label if name in _BY_NAME else name
+
+
+def base_of(framework: str) -> str:
+    """The single-device framework of `framework`'s ecosystem: what its example changes."""
+    ecosystem = framework_spec(framework).ecosystem
+    return next(s.name for s in REGISTRY if s.ecosystem == ecosystem and s.one_device)
+
+
+def framework_modules() -> tuple[str, ...]:
+    """The top-level modules framework code is imported from (tensorflow,
+    keras, torch, horovod, ...): every ecosystem's and every entry's own."""
+    modules = [m for ecosystem in ECOSYSTEM_MODULES.values() for m in ecosystem]
+    modules += [spec.requires.partition(".")[0] for spec in REGISTRY]
+    return tuple(dict.fromkeys(modules))
+
+
+def knob_declarations() -> list[Setting]:
+    """The settings some frameworks read and others not, declared by the
+    entries and their launch kinds, each once, in registry order."""
+    found: dict[str, Setting] = {}
+    for spec in REGISTRY:
+        for setting in (*spec.launch.settings, *spec.knobs):
+            found.setdefault(setting.name, setting)
+    return list(found.values())
+
+
+def framework_readers(name: str) -> set[str]:
+    """The frameworks that read knob `name`, declared by their entries or launch kinds."""
+    return {
+        spec.name
+        for spec in REGISTRY
+        if any(s.name == name for s in (*spec.launch.settings, *spec.knobs))
+    }
 
 
 def missing_module(name: str) -> str:
@@ -202,25 +333,3 @@ def missing_module(name: str) -> str:
         if not any(glob.glob(os.path.join(f, framework, "mpi_lib*")) for f in folders):
             return f"{module} (Horovod built without it)"
     return ""
-
-
-def knob_readers() -> dict[str, set[str] | None]:
-    """Each knob axis and the frameworks that read it (None: every framework)."""
-    readers: dict[str, set[str] | None] = {name: None for name in SHARED_KNOBS}
-    for spec in REGISTRY:
-        for knob in spec.knobs:
-            readers.setdefault(knob, set()).add(spec.name)
-    return readers
-
-
-def panel_knobs(frameworks) -> set[str]:
-    """The knobs that split tables into blocks and figures into panels, for
-    records of these frameworks: the shared ones, and an ecosystem's own
-    (xla; compile, channels_last) when every framework is of that ecosystem.
-    There frameworks are compared at equal settings; any other knob a
-    framework reads makes a column or line of its own per value."""
-    ecosystems = {_BY_NAME[name].ecosystem for name in frameworks if name in _BY_NAME}
-    knobs = set(SHARED_KNOBS)
-    if len(ecosystems) == 1:
-        knobs |= set(ECOSYSTEM_KNOBS[ecosystems.pop()])
-    return knobs

@@ -1,5 +1,11 @@
 """What one grid point is: the settings of one benchmark run, validated up front.
 
+Every setting is declared once (trainscale.setting): those every framework
+reads here, in SETTINGS; a knob only some frameworks read in their registry
+entries (or their launch kind). RunSettings, its defaults, `trainscale`'s
+flags (cli.py), the checks below and the study schema's fragments
+(study.config_schema) are all made from these declarations.
+
 This module imports no TensorFlow, so the launcher, the workflow and the tests
 can check settings in milliseconds. Every check names the command-line option
 it is about, because the message is what a user sees.
@@ -11,23 +17,17 @@ import dataclasses
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 
-from trainscale.registry import FRAMEWORKS, REGISTRY, framework_spec
+from trainscale.registry import (
+    FRAMEWORKS,
+    REGISTRY,
+    framework_readers,
+    framework_spec,
+    knob_declarations,
+)
+from trainscale.setting import REQUIRED, Setting, SettingsError
 
-DATASETS = ("cifar100", "synthetic")
-DEVICES = ("gpu", "cpu")
-OPTIMIZERS = ("adam", "sgd")
-PRECISIONS = ("fp32", "fp16", "bf16")
-# How Horovod ranks are started: MPI (mpirun here, srun --mpi=pmix under SLURM)
-# or Gloo (horovodrun --gloo here, srun with a rendezvous server under SLURM).
-HOROVOD_LAUNCHERS = ("mpi", "gloo")
-# Horovod's gradient compression on the wire (hvd.Compression.none / .fp16).
-HOROVOD_COMPRESSIONS = ("none", "fp16")
-# DDP's gradient compression: none, or fp16 (the fp16_compress_hook).
-DDP_COMPRESSIONS = ("none", "fp16")
-# MultiWorkerMirrored's all-reduce: auto is NCCL on GPUs and RING on CPUs.
-COLLECTIVE_IMPLEMENTATIONS = ("auto", "ring", "nccl")
+__all__ = ["SettingsError", "RunSettings", "RunOptions", "validate"]
 
 # Smallest input side each model accepts (Keras' own limits for the
 # applications; small_cnn needs two 5x5 convolutions and two 2x2 poolings).
@@ -43,54 +43,106 @@ MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
 # The models defined for torch too, as the same networks (trainscale.torch_models);
 # the torch frameworks refuse the others.
 TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "small_cnn")
-
 NUM_CLASSES = {"cifar100": 100, "synthetic": 100}
 
+# The grid point: the study's grid sets these, not its `benchmark:` keys.
+_POINT = dict(in_study=False, group="grid point", minimum=1)
+# The settings every framework reads (None) or every framework of an
+# ecosystem (readers). Defaults follow the paper (seed 000).
+SETTINGS = (
+    Setting("framework", str, REQUIRED, "the framework (trainscale.registry)",
+            choices=FRAMEWORKS, in_study=False, group="grid point"),
+    Setting("nodes", int, 1, "nodes; replicas = nodes x GPUs per node", **_POINT),
+    Setting("gpus_per_node", int, 1, "GPUs (replicas) per node", **_POINT),
+    Setting("model", str, "vgg16", "the network", choices=MODELS,
+            in_study=False, group="grid point"),
+    Setting("batch_size", int, 64, "per replica (weak scaling, the paper's setting)", **_POINT),
+    Setting("image_size", int, 224, "input side (each model has its minimum)",
+            minimum=1, group="data and device"),
+    Setting("dataset", str, "cifar100", "cifar100 (--data-dir), or synthetic",
+            choices=tuple(NUM_CLASSES), group="data and device"),
+    Setting("data_dir", str, "data", "holds cifar-100-python/ or cifar-100-python.tar.gz",
+            group="data and device", pattern="^[A-Za-z0-9_./-]+$"),
+    Setting("device", str, "gpu", "one replica per GPU, or per CPU share",
+            choices=("gpu", "cpu"), group="data and device"),
+    Setting("augment", bool, True, "pad-4 random crop and flip (CIFAR-100)",
+            group="data and device"),
+    # The first step is never timed: Horovod broadcasts rank 0's variables
+    # after it, and every framework traces its step function on it.
+    Setting("warmup_steps", int, 10, "untimed steps first (at least 1: tracing, broadcast)",
+            minimum=1, group="measurement"),
+    Setting("iterations", int, 10, "timed blocks", minimum=1, group="measurement"),
+    Setting("steps_per_iteration", int, 20, "steps per timed block",
+            minimum=1, group="measurement"),
+    # A demo's work bounded by time on a CPU of any speed (trainscale.timing.BlockBudget).
+    Setting("time_budget_seconds", float, 0.0,
+            "stop timing blocks once they have taken this long (at least 2, at most "
+            "--iterations); 0: time exactly --iterations blocks",
+            minimum=0, group="measurement", metavar="SECONDS"),
+    Setting("seed", int, 1234, "weights, data order, augmentation",
+            minimum=0, group="measurement"),
+    Setting("optimizer", str, "adam", "adam or sgd", choices=("adam", "sgd")),
+    Setting("learning_rate", float, 1e-3, "the optimizer's step size",
+            minimum=0, exclusive_minimum=True),
+    Setting("precision", str, "fp32", "fp16 (with loss scaling) or bf16: mixed precision",
+            choices=("fp32", "fp16", "bf16"), axis=True),
+    Setting("xla", bool, False, "XLA auto-clustering", readers=("tensorflow",), axis=True),
+    Setting("compile", bool, False, "torch.compile the model", readers=("torch",), axis=True),
+    Setting("channels_last", bool, False, "NHWC memory layout for model and batches",
+            readers=("torch",), axis=True),
+)  # fmt: skip
 
-class SettingsError(ValueError):
-    """A setting is invalid; the message names the option and fits on one line."""
+
+def all_settings() -> tuple[Setting, ...]:
+    """Every setting of a run: SETTINGS, then the frameworks' knobs (registry)."""
+    return (*SETTINGS, *knob_declarations())
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """One grid point plus how it is measured. Defaults follow the paper (seed 000)."""
+SETTING = {setting.name: setting for setting in all_settings()}
 
-    framework: str
-    nodes: int = 1
-    gpus_per_node: int = 1
-    model: str = "vgg16"
-    batch_size: int = 64  # per replica, as in the paper
-    image_size: int = 224
-    dataset: str = "cifar100"
-    data_dir: str = "data"
-    device: str = "gpu"
-    warmup_steps: int = 10
-    iterations: int = 10
-    steps_per_iteration: int = 20
-    # 0: time exactly `iterations` blocks. Else stop once the timed blocks
-    # have taken this long (at least 2 blocks, at most `iterations`): a demo's
-    # work bounded by time on a CPU of any speed (trainscale.timing.BlockBudget).
-    time_budget_seconds: float = 0.0
-    seed: int = 1234
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    precision: str = "fp32"
-    xla: bool = False
-    augment: bool = True
-    horovod_launcher: str = "mpi"
-    # Communication knobs (seed 001: they can change which framework wins).
-    horovod_compression: str = "none"
-    horovod_fusion_threshold_mb: float = 64.0  # Horovod's default; 0 turns fusion off
-    collective_implementation: str = "auto"  # tf-multiworker
-    all_reduce_pack_mb: float = 0.0  # tf-multiworker bytes_per_pack; 0: TensorFlow decides
-    # The torch frameworks' knobs, mirroring the TensorFlow ones: torch.compile
-    # (beside xla), channels-last memory layout, DDP's gradient bucket size
-    # (beside Horovod's fusion buffer; 25 MB is DDP's default) and DDP's fp16
-    # compression communication hook (beside Horovod's fp16 compression).
-    compile: bool = False
-    channels_last: bool = False
-    ddp_bucket_cap_mb: float = 25.0
-    ddp_compression: str = "none"
+
+def readers(name: str) -> set[str] | None:
+    """The frameworks that read setting `name` (None: every framework)."""
+    setting = SETTING[name]
+    if setting in SETTINGS:
+        if setting.readers is None:
+            return None
+        return {s.name for s in REGISTRY if {s.name, s.ecosystem} & set(setting.readers)}
+    return framework_readers(name)
+
+
+# Settings a grid may vary too (`grid.precision: [fp32, fp16]`), each
+# overriding benchmark.<name>, and the frameworks that read each (None: all).
+# A framework that does not read a knob takes its first listed value only:
+# varying it there would measure the same thing twice.
+KNOB_AXES = {s.name: readers(s.name) for s in all_settings() if s.axis}
+
+
+def reads_knob(framework: str, name: str) -> bool:
+    who = KNOB_AXES[name]
+    return who is None or framework in who
+
+
+def panel_knobs(frameworks) -> set[str]:
+    """The knobs that split tables into blocks and figures into panels, for
+    records of these frameworks: those every framework reads (precision), and
+    an ecosystem's own (xla; compile, channels_last) when every framework is
+    of that ecosystem. There frameworks are compared at equal settings; any
+    other knob a framework reads makes a column or line of its own per value."""
+    known = {f for f in frameworks if f in FRAMEWORKS}
+    ecosystems = {framework_spec(f).ecosystem for f in known}
+    knobs = set()
+    for setting in SETTINGS:
+        if not setting.axis:
+            continue
+        if setting.readers is None or (len(ecosystems) == 1 and ecosystems <= set(setting.readers)):
+            knobs.add(setting.name)
+    return knobs
+
+
+class _RunSettings:
+    """One grid point plus how it is measured: the fields are SETTINGS and the
+    frameworks' knobs (dataclasses.fields(RunSettings))."""
 
     @property
     def replicas(self) -> int:
@@ -105,8 +157,9 @@ class RunSettings:
         return NUM_CLASSES[self.dataset]
 
     def processes_per_node(self) -> int:
-        """How many OS processes one node runs (trainscale.registry)."""
-        return framework_spec(self.framework).processes_per_node(self.gpus_per_node, self.device)
+        """How many OS processes one node runs (the framework's launch kind)."""
+        launch = framework_spec(self.framework).launch
+        return launch.processes_per_node(self.gpus_per_node, self.device)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -124,108 +177,84 @@ class RunSettings:
 
     def to_cli_args(self) -> list[str]:
         """The options that reproduce these settings on `trainscale train`."""
-        args: list[str] = []
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            flag = "--" + field.name.replace("_", "-")
-            if isinstance(value, bool):
-                args.append(flag if value else "--no-" + field.name.replace("_", "-"))
-            else:
-                args += [flag, str(value)]
-        return args
+        return cli_args(self, all_settings())
 
 
-@dataclass(frozen=True)
-class RunOptions:
+def cli_args(values, settings) -> list[str]:
+    """`values`' fields as the flags of `settings` (--no-FLAG for a false bool)."""
+    args: list[str] = []
+    for setting in settings:
+        value = getattr(values, setting.name)
+        if setting.type is bool:
+            args.append(setting.flag if value else "--no-" + setting.flag[2:])
+        elif value is not None:
+            args += [setting.flag, setting.cli_text(value)]
+    return args
+
+
+def _dataclass(name: str, settings, base: type) -> type:
+    """A frozen dataclass with one field per setting, defaults as declared."""
+    fields = [
+        (s.name, s.type)
+        if s.default is REQUIRED
+        else (s.name, s.type, dataclasses.field(default=s.default))
+        for s in settings
+    ]
+    made = dataclasses.make_dataclass(name, fields, bases=(base,), frozen=True)
+    made.__module__, made.__doc__ = __name__, base.__doc__
+    return made
+
+
+RunSettings = _dataclass("RunSettings", all_settings(), _RunSettings)
+
+
+class _RunOptions:
     """How one run is carried out and where its results go: nothing here
     changes what is measured, so none of it enters the settings hash."""
 
-    output: str | None = None  # the JSON record, written atomically
-    weights_file: str | None = None  # initial and final weights (equivalence tests)
-    # (train) fail unless CUDA_VISIBLE_DEVICES names at least this many devices
-    expect_cuda_devices: int = 0
-    # (run) the GPUs per node the job asked its scheduler for
-    requested_gpus_per_node: int = 0
-    timeout: float = 0.0  # (run) the watchdog; 0: none
-    # A collective waiting this long for a stalled rank fails the run; 0: forever.
+
+# What `run` and `train` are told beyond the settings (group "output").
+OPTIONS = (
+    Setting("output", str, None, "where the JSON record goes (written atomically)",
+            group="output", metavar="JSON"),
+    Setting("save_weights", str, None,
+            "also save initial and final trainable weights (the equivalence tests)",
+            group="output", metavar="NPZ"),
+    Setting("expect_cuda_devices", int, 0,
+            "(train) fail unless CUDA_VISIBLE_DEVICES names at least N devices",
+            minimum=0, group="output", metavar="N"),
+    Setting("requested_gpus_per_node", int, 0,
+            "(run) the GPUs per node the job asked its scheduler for; each process "
+            "must see its share", minimum=0, group="output", metavar="G"),
+    Setting("timeout", float, 0.0,
+            "(run) stop every process after this long and record status timeout (0: none)",
+            minimum=0, group="output", metavar="SECONDS"),
     # Long enough for the first step's tracing skew between ranks, short
     # enough that a stalled rank does not hold a cluster allocation for long.
-    collective_timeout: float = 300.0
-    attempt: int = 1  # (run) which attempt at this grid point this is
-    attempts: int = 0  # (run) from this attempt on, a failure writes a `failed` record
+    Setting("collective_timeout", float, 300.0,
+            "a collective that waits this long for a stalled rank fails the run "
+            "(MultiWorkerMirrored, Horovod over Gloo, torch.distributed; Horovod over MPI "
+            "has no such timeout: the watchdog bounds it) (0: wait forever)",
+            minimum=0, group="output", metavar="SECONDS"),
+    Setting("attempt", int, 1,
+            "(run) which attempt at this grid point this is (the workflow's retries)",
+            minimum=1, group="output", metavar="N"),
+    Setting("attempts", int, 0,
+            "(run) on attempt M or later, a failure still writes a record: status failed "
+            "with the log's tail (0: never)", minimum=0, group="output", metavar="M"),
+)  # fmt: skip
+RunOptions = _dataclass("RunOptions", OPTIONS, _RunOptions)
 
 
-def _positive(name: str, value: int) -> None:
-    if value <= 0:
-        raise SettingsError(f"--{name} must be a positive integer, got {value}")
-
-
-def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
+def validate(settings, *, check_data: bool = True):
     """Raise SettingsError for the first invalid setting; return the settings."""
     s = settings
-    if s.framework not in FRAMEWORKS:
-        raise SettingsError(
-            f"--framework {s.framework!r} is unknown; choose one of {', '.join(FRAMEWORKS)}"
-        )
-    if s.model not in MODELS:
-        raise SettingsError(f"--model {s.model!r} is unknown; choose one of {', '.join(MODELS)}")
-    if s.dataset not in DATASETS:
-        raise SettingsError(
-            f"--dataset {s.dataset!r} is unknown; choose one of {', '.join(DATASETS)}"
-        )
-    if s.device not in DEVICES:
-        raise SettingsError(f"--device {s.device!r} is unknown; choose one of {', '.join(DEVICES)}")
-    if s.optimizer not in OPTIMIZERS:
-        raise SettingsError(
-            f"--optimizer {s.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}"
-        )
-    if s.precision not in PRECISIONS:
-        raise SettingsError(
-            f"--precision {s.precision!r} is unknown; choose one of {', '.join(PRECISIONS)}"
-        )
-    if s.horovod_launcher not in HOROVOD_LAUNCHERS:
-        raise SettingsError(
-            f"--horovod-launcher {s.horovod_launcher!r} is unknown; "
-            f"choose one of {', '.join(HOROVOD_LAUNCHERS)}"
-        )
-    if s.horovod_compression not in HOROVOD_COMPRESSIONS:
-        raise SettingsError(
-            f"--horovod-compression {s.horovod_compression!r} is unknown; "
-            f"choose one of {', '.join(HOROVOD_COMPRESSIONS)}"
-        )
-    if s.ddp_compression not in DDP_COMPRESSIONS:
-        raise SettingsError(
-            f"--ddp-compression {s.ddp_compression!r} is unknown; "
-            f"choose one of {', '.join(DDP_COMPRESSIONS)}"
-        )
-    if s.collective_implementation not in COLLECTIVE_IMPLEMENTATIONS:
-        raise SettingsError(
-            f"--collective-implementation {s.collective_implementation!r} is unknown; "
-            f"choose one of {', '.join(COLLECTIVE_IMPLEMENTATIONS)}"
-        )
-    if s.collective_implementation == "nccl" and s.device != "gpu":
-        raise SettingsError("--collective-implementation nccl needs --device gpu")
-    for name in (
-        "horovod_fusion_threshold_mb",
-        "all_reduce_pack_mb",
-        "ddp_bucket_cap_mb",
-        "time_budget_seconds",
-    ):
-        if not getattr(s, name) >= 0:
-            raise SettingsError(
-                f"--{name.replace('_', '-')} must be zero or positive, got {getattr(s, name)}"
-            )
-    for name in ("nodes", "gpus_per_node", "batch_size", "image_size", "iterations"):
-        _positive(name.replace("_", "-"), getattr(s, name))
-    _positive("steps-per-iteration", s.steps_per_iteration)
-    # The first step is never timed: Horovod broadcasts rank 0's variables
-    # after it, and every framework traces its step function on it.
-    if s.warmup_steps < 1:
-        raise SettingsError(f"--warmup-steps must be at least 1, got {s.warmup_steps}")
-    if s.seed < 0:
-        raise SettingsError(f"--seed must be zero or positive, got {s.seed}")
-    if not s.learning_rate > 0:
-        raise SettingsError(f"--learning-rate must be positive, got {s.learning_rate}")
+    for setting in all_settings():
+        setting.validate(getattr(s, setting.name))
+    for setting in all_settings():
+        message = setting.check(s) if setting.check else ""
+        if message:
+            raise SettingsError(message)
     minimum = MODEL_MIN_IMAGE_SIZE[s.model]
     if s.image_size < minimum:
         raise SettingsError(
@@ -247,6 +276,9 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
             f"--framework {s.framework} runs on one node: use --nodes 1 "
             f"({', '.join(spanning)} span nodes)"
         )
+    refused = spec.check(s) if spec.check else ""
+    if refused:
+        raise SettingsError(f"--framework {s.framework}: {refused}")
     if check_data and s.dataset == "cifar100":
         # data.py reads files and knows nothing of settings: its error, which
         # names --data-dir, becomes a settings error here.
@@ -259,7 +291,12 @@ def validate(settings: RunSettings, *, check_data: bool = True) -> RunSettings:
     return s
 
 
-def with_global_batch(settings: RunSettings, global_batch_size: int) -> RunSettings:
+def validate_options(options) -> None:
+    for setting in OPTIONS:
+        setting.validate(getattr(options, setting.name))
+
+
+def with_global_batch(settings, global_batch_size: int):
     """Settings whose per-replica batch splits `global_batch_size` evenly (strong scaling)."""
     if global_batch_size <= 0:
         raise SettingsError(

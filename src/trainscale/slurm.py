@@ -1,6 +1,7 @@
-"""What trainscale knows of SLURM, in one place: the srun steps of a grid
-point inside its job, what each rank reads from SLURM's task variables, the
-job's hosts, ports and time left, and why SLURM is ending it.
+"""What trainscale knows of SLURM, in one place: the srun step of a grid
+point inside its job (each launch kind adds its own options), what each rank
+reads from SLURM's task variables, the job's hosts, ports and time left, and
+why SLURM is ending it.
 
 Imports neither TensorFlow nor torch (the ranks of both read it).
 """
@@ -11,25 +12,19 @@ import os
 import socket
 import subprocess
 
-from trainscale.registry import framework_spec
-from trainscale.settings import RunSettings
-
 
 def in_slurm_job() -> bool:
     return "SLURM_JOB_ID" in os.environ
 
 
-def slurm_plan(
-    settings: RunSettings, train_command: list[str], requested_gpus_per_node: int
-) -> list[tuple[list[str], dict[str, str]]]:
-    """srun steps for a grid point inside its SLURM job.
+def srun_command(nodes: int, processes_per_node: int, requested_gpus_per_node: int) -> list[str]:
+    """The srun step of a grid point inside its SLURM job, before the launch
+    kind's own options (trainscale.launch_kinds).
 
     The job's shape (nodes, tasks, GPUs) was set at submission from the grid
     point; the step asks for it again explicitly, because Snakemake's jobstep
     plugin strips the SLURM_* variables srun would otherwise inherit.
     """
-    processes_per_node = settings.processes_per_node()
-    tasks = settings.nodes * processes_per_node
     # Even one process runs as a step of its own, not in the batch step: when
     # SLURM's cgroup kills it for memory, that marks the step OUT_OF_MEMORY
     # and srun says so, while the batch step (this launcher) lives to record
@@ -37,8 +32,8 @@ def slurm_plan(
     # SLURM calls OUT_OF_MEMORY.
     srun = [
         "srun",
-        f"--nodes={settings.nodes}",
-        f"--ntasks={tasks}",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes * processes_per_node}",
         f"--ntasks-per-node={processes_per_node}",
         # One dead rank must end the step, not leave the others spinning in
         # a collective until the time limit.
@@ -47,17 +42,7 @@ def slurm_plan(
     ]
     if requested_gpus_per_node:
         srun.append(f"--gres=gpu:{requested_gpus_per_node}")
-    extra_env: dict[str, str] = {}
-    launch = framework_spec(settings.framework).launch
-    if launch == "torch-distributed":
-        extra_env = torch_rendezvous()
-    if launch == "horovod":
-        if settings.horovod_launcher == "mpi":
-            # Debian's Open MPI can be started by srun only through PMIx.
-            srun.append("--mpi=pmix")
-        else:
-            extra_env = start_gloo_rendezvous(settings)
-    return [(srun + train_command, extra_env)]
+    return srun
 
 
 def parse_slurm_duration(text: str) -> float | None:
@@ -107,19 +92,19 @@ def job_hosts() -> list[str]:
     return hosts
 
 
-def start_gloo_rendezvous(settings: RunSettings) -> dict[str, str]:
+def start_gloo_rendezvous(nodes: int, processes_per_node: int) -> dict[str, str]:
     """Start Horovod's Gloo rendezvous server here; return what every rank needs.
 
     Each rank derives its own HOROVOD_RANK, LOCAL_RANK, ... from SLURM's
-    task variables (trainscale.frameworks.horovod_env_from_slurm).
+    task variables (horovod_env_from_slurm).
     """
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.http.http_server import RendezvousServer
 
-    hosts = job_hosts()[: settings.nodes]
-    per_node = settings.processes_per_node()
+    hosts = job_hosts()[:nodes]
     slots = get_host_assignments(
-        parse_hosts(",".join(f"{h}:{per_node}" for h in hosts)), settings.replicas
+        parse_hosts(",".join(f"{h}:{processes_per_node}" for h in hosts)),
+        nodes * processes_per_node,
     )
     server = RendezvousServer(verbose=0)
     port = server.start()

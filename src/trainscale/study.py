@@ -22,30 +22,31 @@ e.g. "only batch 128 and 256 for resnet50":
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import re
 import shlex
 from dataclasses import dataclass, fields
 
-from trainscale.registry import knob_readers
-from trainscale.settings import RunSettings, SettingsError, validate
+from trainscale.registry import framework_spec
+from trainscale.settings import (
+    KNOB_AXES,
+    SETTING,
+    RunSettings,
+    SettingsError,
+    all_settings,
+    reads_knob,
+    validate,
+)
 
 AXES = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
-# Settings a grid may vary too (`grid.precision: [fp32, fp16]`): each list
-# overrides benchmark.<name>. Each maps to the frameworks that read it (None:
-# all), as the registry says. The others take just its first listed value:
-# varying it there would measure the same thing twice.
-KNOB_AXES = knob_readers()
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RECORD_PATTERN = "{framework}/{model}/b{batch_size}/n{nodes}g{gpus_per_node}r{repeat}"
 # With knob axes, a folder per combination: .../b64/precision=fp16,xla=true/n1g2r1
 KNOBS_RECORD_PATTERN = "{framework}/{model}/b{batch_size}/{knobs}/n{nodes}g{gpus_per_node}r{repeat}"
 # Both patterns read back (GridPoint.from_path), at the end of any longer path.
 _RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
-# Each setting's type as annotated ("float", "bool", ...): YAML's 64 and a
-# path's "64" are read as the float `trainscale train` parses.
-_SETTING_TYPES = {f.name: f.type for f in fields(RunSettings)}
 
 
 class ConfigError(ValueError):
@@ -70,16 +71,9 @@ def parse_knobs(knobs: str) -> list[tuple[str, str]]:
 
 
 def _knob_value(name: str, text: str):
-    """A knob's path text as the setting's own type: 'true' -> True, '64' -> 64.0."""
-    kind = _SETTING_TYPES.get(name)
-    if kind == "bool":
-        return text == "true"
-    return float(text) if kind == "float" else text
-
-
-def reads_knob(framework: str, name: str) -> bool:
-    readers = KNOB_AXES[name]
-    return readers is None or framework in readers
+    """A knob's path text as the setting's own type: 'true' -> True, '64' -> 64.0
+    (a knob no longer declared stays text)."""
+    return SETTING[name].from_text(text) if name in SETTING else text
 
 
 @dataclass(frozen=True, order=True)
@@ -191,8 +185,8 @@ def expand_grid(config: dict) -> list[GridPoint]:
 def run_settings(config: dict, point: GridPoint) -> RunSettings:
     """The harness settings of one grid point of this study: benchmark, then its knobs."""
     bench = config["benchmark"]
-    chosen = {**{k: v for k, v in bench.items() if k in _SETTING_TYPES}, **dict(point.knobs)}
-    extra = {k: float(v) if _SETTING_TYPES[k] == "float" else v for k, v in chosen.items()}
+    chosen = {**{k: v for k, v in bench.items() if k in SETTING}, **dict(point.knobs)}
+    extra = {k: SETTING[k].coerce(v) for k, v in chosen.items()}
     return RunSettings(
         framework=point.framework,
         nodes=point.nodes,
@@ -220,6 +214,37 @@ def _key(path) -> str:
     return key or "(top level)"
 
 
+def config_schema(path: str) -> dict:
+    """The study config's JSON schema: the file at `path`, with what the
+    settings' declarations say filled in (trainscale.setting): the framework
+    and model names, every setting's `benchmark:` key (type, bounds, default,
+    help), and every knob as an axis of the grid and of a constraint clause."""
+    import yaml
+
+    with open(path) as handle:
+        schema = yaml.safe_load(handle)
+    defs, properties = schema["$defs"], schema["properties"]
+    defs["framework"] = SETTING["framework"].schema()
+    defs["model"] = SETTING["model"].schema()
+    benchmark = properties["benchmark"]["properties"]
+    for setting in all_settings():
+        if setting.in_study:
+            benchmark[setting.name] = {
+                **setting.schema(),
+                "default": setting.default,
+                "description": setting.help,
+            }
+        if setting.axis:
+            properties["grid"]["properties"][setting.name] = {
+                "type": "array",
+                "minItems": 1,
+                "items": setting.schema(),
+                "description": f"a knob axis: {setting.help}",
+            }
+            defs["clause"]["properties"][setting.name] = {"$ref": "#/$defs/condition"}
+    return schema
+
+
 def check_schema(config: dict, schema: dict) -> None:
     """Validate against the JSON schema; raise ConfigError with the most relevant error."""
     import jsonschema
@@ -231,6 +256,50 @@ def check_schema(config: dict, schema: dict) -> None:
         if error.validator == "pattern":
             message = f"{error.instance!r} has characters that are not safe in a path or a shell"
         raise ConfigError(f"config key {_key(error.absolute_path)}: {message}")
+
+
+def validate_config(config: dict, schema: dict) -> dict:
+    """check_schema, then the schema's defaults filled into `config` where a key
+    is missing (as snakemake.utils.validate does, which reads schemas from
+    files only); returns the config."""
+    import jsonschema
+
+    check_schema(config, schema)
+    properties = jsonschema.Draft202012Validator.VALIDATORS["properties"]
+
+    def with_defaults(validator, subschemas, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in subschemas.items():
+                if "default" in subschema:
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from properties(validator, subschemas, instance, schema)
+
+    filling = jsonschema.validators.extend(
+        jsonschema.Draft202012Validator, {"properties": with_defaults}
+    )
+    filling(schema).validate(config)
+    return config
+
+
+def check_environments(config: dict, points: list[GridPoint], root: str = ".") -> None:
+    """Refuse, in one line, a training environment (train_env, torch_env: the
+    registry names each framework's) that does not exist while grid points
+    that would run from it have no record yet: their jobs could only fail."""
+    waiting: dict[str, list[GridPoint]] = {}
+    for point in points:
+        if not os.path.exists(os.path.join(root, record_path(config["study"], point))):
+            key = framework_spec(point.framework).environment
+            waiting.setdefault(key, []).append(point)
+    for key, unmeasured in waiting.items():
+        environment = config[key]
+        if os.path.isfile(os.path.join(root, environment, "bin", "trainscale")):
+            continue
+        frameworks = ", ".join(sorted({p.framework for p in unmeasured}))
+        raise ConfigError(
+            f"config key {key}: {environment!r} has no bin/trainscale, and {len(unmeasured)} "
+            f"grid point(s) not yet measured ({frameworks}) would run from it; build it "
+            f"(make {key.replace('_', '-')}) or name the environment that has it"
+        )
 
 
 def check_config(config: dict, root: str = ".") -> list[GridPoint]:

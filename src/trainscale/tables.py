@@ -125,6 +125,7 @@ def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
         "efficiency",
         "achieved_tflops",
         "mfu",
+        "peak_memory_per_replica_mib",
         "status",
     ]
     if _varies(combined, "knobs"):
@@ -165,7 +166,8 @@ CROSS_KEYS = ["model", "batch_size", "panel_knobs", "nodes", "gpus_per_node", "s
 
 
 def _shared_knobs(frame: pd.DataFrame, other: str) -> list[str]:
-    """Each row's own knobs that framework `other` reads too ('horovod_compression=fp16')."""
+    """Each row's own knobs that framework `other` reads too ('<knob>=<value>':
+    Horovod's compression, read by both Horovods)."""
     return [
         join_knobs(
             (name, text)
@@ -288,10 +290,15 @@ def write_tables(
         efficiency_table(combined),
         folder,
         "efficiency",
-        f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run, and model "
+        f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run, model "
         f"FLOPs utilisation (MFU: achieved / the devices' peak; empty where the device's "
-        f"peak is unknown) ({study})",
-        {"achieved_tflops": "TFLOP/s", "mfu": "MFU"},
+        f"peak is unknown), and peak memory per replica (the GPU allocator's peak; on "
+        f"CPUs the process's peak resident memory) ({study})",
+        {
+            "achieved_tflops": "TFLOP/s",
+            "mfu": "MFU",
+            "peak_memory_per_replica_mib": "Peak memory per replica (MiB)",
+        },
     )
     write_table(
         cross_ecosystem_table(combined),

@@ -120,7 +120,7 @@ class TensorFlowBackend(Backend):
         import tensorflow as tf
 
         self.out_of_memory_errors = (tf.errors.ResourceExhaustedError, MemoryError)
-        framework = self.framework = create_framework(settings, self.options)
+        framework = self.framework = create_framework(settings, self.options, self.topology)
         if settings.xla:
             # Auto-clustering compiles what XLA can and leaves the rest, which
             # keeps Horovod's collectives (not XLA ops) working.
@@ -132,11 +132,10 @@ class TensorFlowBackend(Backend):
             self.optimizer = make_optimizer(settings)
         self.iterator = framework.make_iterator(make_dataset_fn(settings))
         self.train_step = build_train_step(framework, self.model, self.optimizer, settings)
-        self.loss_is_global = framework.loss_is_global
-        self.num_processes = framework.num_processes
-        self.process_index = framework.process_index
-        self.replicas_in_process = framework.replicas_in_process
-        self.devices = framework.devices
+
+    @property
+    def loss_is_global(self) -> bool:
+        return self.framework.loss_is_global
 
     def step(self):
         return self.train_step(self.iterator)

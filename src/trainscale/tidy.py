@@ -25,8 +25,8 @@ import pandas as pd
 
 from trainscale.records import read_record
 from trainscale.registry import label as framework_label
-from trainscale.registry import panel_knobs, table_order
-from trainscale.settings import RunSettings
+from trainscale.registry import table_order
+from trainscale.settings import RunSettings, panel_knobs
 from trainscale.study import KNOB_AXES, GridPoint, join_knobs, knob_text, parse_knobs
 
 SETTING_DEFAULTS = {
@@ -61,6 +61,7 @@ COLUMNS = [
     "per_gpu_images_per_sec",
     "achieved_tflops",
     "mfu",
+    "peak_memory_per_replica_mib",
     "speedup",
     "efficiency",
     "source",
@@ -73,11 +74,11 @@ def add_series(frame: pd.DataFrame) -> pd.DataFrame:
     """Split each row's knobs into where the tables and figures show them.
 
     `panel_knobs`: the knobs every framework of these records reads
-    (trainscale.registry.panel_knobs: precision; xla too when all are
+    (trainscale.settings.panel_knobs: precision; xla too when all are
     TensorFlow's): a table block or figure panel each, like model and batch
     size, so frameworks are compared at equal settings. `series`: the
-    framework plus the other knobs it reads ('horovod
-    horovod_compression=fp16'): a column or line of its own.
+    framework plus the other knobs it reads ('<framework> <knob>=<value>',
+    e.g. Horovod's compression): a column or line of its own.
     """
     frame = frame.copy()
     panel = panel_knobs(set(frame["framework"]))
@@ -95,7 +96,7 @@ def add_series(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def series_label(series: str) -> str:
-    """'horovod horovod_compression=fp16' -> 'Horovod (horovod_compression=fp16)'."""
+    """'<framework> <knob>=<value>' -> '<its label> (<knob>=<value>)'."""
     framework, _, own = series.partition(" ")
     return f"{framework_label(framework)} ({own})" if own else framework_label(framework)
 
@@ -134,10 +135,23 @@ def record_row(study: str, path: str) -> dict:
         # peak is unknown (CPUs) or the record predates it.
         "achieved_tflops": record.get("achieved_tflops"),
         "mfu": record.get("mfu"),
+        "peak_memory_per_replica_mib": _peak_per_replica(record) / 2**20,
         "source": record.get("source", "measured"),
         "settings_hash": record.get("settings_hash"),
         "record": path,
     }
+
+
+def _peak_per_replica(record: dict) -> float:
+    """The record's peak memory per replica, in bytes (NaN where it has none);
+    a record written before the field existed has only the largest process's
+    peak, which holds that process's replicas."""
+    if record.get("peak_memory_per_replica_bytes"):
+        return float(record["peak_memory_per_replica_bytes"])
+    peak = record.get("peak_memory_bytes")
+    if not peak or not record.get("processes"):
+        return math.nan
+    return float(peak) / max(1, record["replicas"] // record["processes"])
 
 
 def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
@@ -245,6 +259,9 @@ def _pooled(group: pd.DataFrame) -> pd.Series:
             "repeats": len(group),
             "achieved_tflops": group["achieved_tflops"].astype(float).mean(),
             "mfu": group["mfu"].astype(float).mean(),
+            "peak_memory_per_replica_mib": group["peak_memory_per_replica_mib"]
+            .astype(float)
+            .mean(),
         }
     )
 
@@ -256,16 +273,16 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
     with no numbers and its status (`oom`, `timeout`, `failed`), so the tables
     can say why its cell is empty.
     """
-    # Tidy tables written before MFU (or knob axes) existed have no such columns.
-    tidy = tidy.assign(**{c: np.nan for c in ("achieved_tflops", "mfu") if c not in tidy})
+    # Tidy tables written before MFU, memory (or knob axes) have no such columns.
+    measures = ("achieved_tflops", "mfu", "peak_memory_per_replica_mib")
+    tidy = tidy.assign(**{c: np.nan for c in measures if c not in tidy})
     tidy = tidy.assign(knobs=tidy["knobs"].fillna("") if "knobs" in tidy else "")
     keys = POINT + ["device", "gpus"]
     columns = keys + [
         "images_per_sec_mean",
         "images_per_sec_std",
         "repeats",
-        "achieved_tflops",
-        "mfu",
+        *measures,
         "status",
     ]
     ok = tidy[tidy["status"] == "ok"]
@@ -287,8 +304,7 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
                             "images_per_sec_mean": math.nan,
                             "images_per_sec_std": math.nan,
                             "repeats": 0,
-                            "achieved_tflops": math.nan,
-                            "mfu": math.nan,
+                            **{measure: math.nan for measure in measures},
                             "status": status,
                         }
                     ]

@@ -1,23 +1,28 @@
 """The PyTorch ecosystem behind the loop's seam (trainscale.backend), and torch-single.
 
 One training step for every torch framework (TorchBackend.step), as the
-TensorFlow frameworks share theirs. TorchBackend itself is torch-single (one
+TensorFlow frameworks share theirs: the batch, the forward pass, the loss,
+then the framework's update. TorchBackend itself is torch-single (one
 process, plain autograd); a distributed framework is a subclass in a module
-of its own that adds only how processes find each other (connect), which
-device a rank takes, how the model and optimizer are wrapped to reduce
-gradients (wrap), and the collective that gathers the measured rates:
-- torch-ddp (trainscale.torch_ddp): torch.distributed (gloo on CPU, NCCL on
-  GPU) and DistributedDataParallel, one rank per replica;
-- horovod-torch (trainscale.horovod_torch): horovod.torch's
-  DistributedOptimizer, ranks started like the TensorFlow Horovod ranks.
+of its own that overrides only the hooks it needs:
+- connect() and device_index(): how processes find each other and which
+  device a rank takes (trainscale.torch_distributed holds torch.distributed's
+  rendezvous, rank variables, gather and close for DDP, FSDP2 and DeepSpeed);
+- build(module): the model to call and its optimizer, built together, so a
+  framework may wrap the module (DDP), shard it before the optimizer sees its
+  parameters (FSDP2), or hand both to an engine of its own (DeepSpeed);
+- update(objective): backward and the optimizer step (an engine runs its own);
+- trainable_weights(): whole weights, gathered where they are sharded;
+- precision_by_autocast: False where the framework casts itself (FSDP2's
+  MixedPrecisionPolicy, DeepSpeed's bf16/fp16 config).
 
 Loss convention, as in trainscale.frameworks: every replica computes
 sum(per-example loss) / GLOBAL batch, and gradients are SUMMED over replicas,
 giving the gradient of the mean loss over the global batch, exactly what
-torch-single computes on the whole batch. Horovod sums (op=hvd.Sum). DDP
-always AVERAGES (its all-reduce, and its fp16 hook, divide by the world
-size), so a DDP rank back-propagates its share times the world size: the
-same gradient (tests/torch/test_equivalence.py).
+torch-single computes on the whole batch. Horovod sums (op=hvd.Sum). DDP,
+FSDP2 and DeepSpeed AVERAGE over ranks, so each of their ranks
+back-propagates its share times the world size (gradient_scale): the same
+gradient (tests/torch/test_equivalence.py).
 """
 
 from __future__ import annotations
@@ -49,18 +54,36 @@ class TorchBackend(Backend):
     # ---- hooks of the distributed frameworks --------------------------------
 
     def connect(self) -> int:
-        """Join the other processes; return how many share this node."""
+        """Join the other processes (filling self.topology); return how many share this node."""
         return 1
 
     def device_index(self, visible: int) -> int:
         return 0
 
-    def wrap(self, model, optimizer):
-        """The model and optimizer as this framework reduces their gradients."""
-        return model, optimizer
+    def build(self, module):
+        """(the model to call, its optimizer) for `module`, already on its device."""
+        return module, self.make_optimizer(module.parameters())
 
-    # Each rank's loss is multiplied by this before backward (DDP averages).
+    def update(self, objective) -> None:
+        """Backward for `objective` (this replica's loss x gradient_scale), and the step."""
+        self.optimizer.zero_grad()  # torch >= 2.0: set_to_none; Horovod takes no argument
+        if self.scaler is None:
+            objective.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(objective).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+    # Each rank's loss is multiplied by this before backward (see the docstring).
     gradient_scale = 1.0
+    # Whether torch.autocast applies --precision (else the framework casts).
+    precision_by_autocast = True
+    # Whether the framework scales an fp16 loss itself (else a GradScaler does).
+    scales_fp16_loss = False
+    # The dtype the batches are cast to, where the framework's model holds
+    # bf16/fp16 parameters itself (DeepSpeed); None: as prepared.
+    input_dtype = None
 
     # ---- the shared step ----------------------------------------------------
 
@@ -68,20 +91,22 @@ class TorchBackend(Backend):
         s = self.settings
         self.out_of_memory_errors = (torch.cuda.OutOfMemoryError, MemoryError)
         self._take_device(processes_on_node=self.connect())
-        if self.num_processes != s.replicas:
+        if self.topology.num_processes != s.replicas:
             raise DeviceError(
-                f"{s.framework} was launched with {self.num_processes} ranks but the run asks "
-                f"for {s.replicas} ({s.nodes} nodes x {s.gpus_per_node} per node)"
+                f"{s.framework} was launched with {self.topology.num_processes} ranks but the "
+                f"run asks for {s.replicas} ({s.nodes} nodes x {s.gpus_per_node} per node)"
             )
         torch.manual_seed(s.seed)  # the same initial weights in every process
-        self.module = build_torch_model(s.model, s.image_size, s.num_classes).to(self.device)
         self.memory_format = torch.channels_last if s.channels_last else torch.contiguous_format
-        self.module = self.module.to(memory_format=self.memory_format)
-        model, self.optimizer = self.wrap(self.module, self._optimizer(self.module))
+        module = build_torch_model(s.model, s.image_size, s.num_classes).to(self.device)
+        self.module = module.to(memory_format=self.memory_format)
+        self.parameter_count = sum(p.numel() for p in module.parameters() if p.requires_grad)
+        model, self.optimizer = self.build(self.module)
         self.model = torch.compile(model) if s.compile else model
-        self.autocast = _AUTOCAST.get(s.precision)
+        self.autocast = _AUTOCAST.get(s.precision) if self.precision_by_autocast else None
         # float16 gradients underflow without loss scaling; bfloat16 needs none.
-        self.scaler = torch.amp.GradScaler(self.device.type) if s.precision == "fp16" else None
+        fp16 = s.precision == "fp16" and not self.scales_fp16_loss
+        self.scaler = torch.amp.GradScaler(self.device.type) if fp16 else None
         self.batches = self._batches()
 
     def _take_device(self, processes_on_node: int) -> None:
@@ -89,32 +114,33 @@ class TorchBackend(Backend):
             # Each process gets its share of the cores, as for TensorFlow.
             torch.set_num_threads(max(1, local_cpu_count() // processes_on_node))
             self.device = torch.device("cpu")
-            self.devices = ["cpu"]
+            self.topology.devices = ["cpu"]
             return
         visible = torch.cuda.device_count()
         index = self.device_index(visible)
         if index >= visible:
             raise DeviceError(
-                f"{self.settings.framework} process {self.process_index} needs GPU {index} but "
+                f"{self.settings.framework} process {self.topology.process_index} needs GPU "
+                f"{index} but "
                 f"sees {visible} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
             )
         torch.cuda.set_device(index)
         self.device = torch.device("cuda", index)
-        self.devices = [f"cuda:{index} ({torch.cuda.get_device_name(index)})"]
+        self.topology.devices = [f"cuda:{index} ({torch.cuda.get_device_name(index)})"]
 
-    def _optimizer(self, module):
+    def make_optimizer(self, parameters):
         s = self.settings
         if s.optimizer == "adam":
             # Keras's Adam defaults: epsilon 1e-7 (torch's is 1e-8).
-            return torch.optim.Adam(module.parameters(), lr=s.learning_rate, eps=1e-7)
-        return torch.optim.SGD(module.parameters(), lr=s.learning_rate)
+            return torch.optim.Adam(parameters, lr=s.learning_rate, eps=1e-7)
+        return torch.optim.SGD(parameters, lr=s.learning_rate)
 
     def _batches(self):
         """Model-ready (images, labels) on the device, one pair per step, for ever."""
         s = self.settings
         if s.dataset == "synthetic":
             images, labels = synthetic_batch(
-                shard_index=self.process_index,
+                shard_index=self.topology.process_index,
                 batch_size=s.batch_size,
                 image_size=s.image_size,
                 num_classes=s.num_classes,
@@ -132,8 +158,8 @@ class TorchBackend(Backend):
         for image_batch, label_batch in numpy_batches(
             images,
             labels,
-            shard_index=self.process_index,
-            num_shards=self.num_processes,
+            shard_index=self.topology.process_index,
+            num_shards=self.topology.num_processes,
             batch_size=s.batch_size,
             seed=s.seed,
             augment=s.augment,
@@ -155,6 +181,8 @@ class TorchBackend(Backend):
             # TensorFlow's bilinear resize samples at half-pixel centres, as
             # align_corners=False does.
             images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+        if self.input_dtype is not None:
+            images = images.to(self.input_dtype)
         return images.contiguous(memory_format=self.memory_format)
 
     def step(self):
@@ -163,21 +191,12 @@ class TorchBackend(Backend):
             logits = self.model(images)
         else:
             with torch.autocast(self.device.type, self.autocast):
-                logits = self.model(images).float()
-        loss = F.cross_entropy(logits, labels, reduction="sum") / self.settings.global_batch_size
-        self.optimizer.zero_grad()  # torch >= 2.0: set_to_none; Horovod takes no argument
-        objective = loss if self.gradient_scale == 1 else loss * self.gradient_scale
-        if self.scaler is None:
-            objective.backward()
-            self.optimizer.step()
-        else:
-            self.scaler.scale(objective).backward()
-            self.scaled_step()
+                logits = self.model(images)
+        # float(): the logits of a model in half precision (no-op in fp32).
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum")
+        loss = loss / self.settings.global_batch_size
+        self.update(loss if self.gradient_scale == 1 else loss * self.gradient_scale)
         return loss.detach()
-
-    def scaled_step(self) -> None:
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
 
     def read_loss(self, loss) -> float:
         return float(loss.item())  # waits for the device: the block's sync
@@ -192,7 +211,7 @@ class TorchBackend(Backend):
         ]
 
     def trainable_parameters(self) -> int:
-        return sum(p.numel() for p in self.module.parameters() if p.requires_grad)
+        return self.parameter_count  # counted before any framework sharded the module
 
     def peak_memory(self) -> dict:
         if self.settings.device != "gpu":

@@ -1,81 +1,23 @@
-"""torch-ddp: torch.distributed and DistributedDataParallel on the torch step.
-
-One rank per replica: `trainscale run` gives each its RANK, WORLD_SIZE and a
-free MASTER_PORT; under srun each rank reads SLURM's task variables and the
-launcher's MASTER_ADDR (the job's first host) and per-job port
-(trainscale.slurm). gloo on CPUs, NCCL on GPUs.
-"""
+"""torch-ddp: DistributedDataParallel on the torch step, over torch.distributed
+(trainscale.torch_distributed: gloo on CPUs, NCCL on GPUs)."""
 
 from __future__ import annotations
 
-import datetime
-import os
-
-import numpy as np
 import torch
 
-from trainscale.backend import DeviceError
-from trainscale.slurm import rank_env_from_slurm
-from trainscale.torch_backend import TorchBackend
+from trainscale.torch_distributed import TorchDistributed
 
 
-class DistributedDataParallel(TorchBackend):
-    loss_is_global = False
-
-    def connect(self) -> int:
-        import torch.distributed as dist
-
-        if os.environ.get("TRAINSCALE_TORCH_FROM_SLURM"):
-            os.environ.update(rank_env_from_slurm())
-        missing = [
-            v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ
-        ]
-        if missing:
-            raise DeviceError(
-                f"torch-ddp needs {', '.join(missing)} (set by `trainscale run`, or under srun)"
-            )
-        timeout = self.options.collective_timeout
-        dist.init_process_group(
-            backend="nccl" if self.settings.device == "gpu" else "gloo",
-            timeout=datetime.timedelta(seconds=timeout) if timeout else None,
-        )
-        self.num_processes, self.process_index = dist.get_world_size(), dist.get_rank()
-        # DDP averages over ranks; see the module's docstring.
-        self.gradient_scale = float(self.num_processes)
-        return int(os.environ.get("LOCAL_WORLD_SIZE", self.num_processes))
-
-    def device_index(self, visible: int) -> int:
-        # With every GPU of the node visible, rank i takes GPU i; a launcher
-        # that binds one GPU per task leaves exactly one visible.
-        return int(os.environ.get("LOCAL_RANK", 0)) if visible > 1 else 0
-
-    def wrap(self, model, optimizer):
+class DistributedDataParallel(TorchDistributed):
+    def build(self, module):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         on_gpu = self.device.type == "cuda"
         ddp = torch.nn.parallel.DistributedDataParallel(
-            model,
+            module,
             device_ids=[self.device.index] if on_gpu else None,
             bucket_cap_mb=self.settings.ddp_bucket_cap_mb,
         )
         if self.settings.ddp_compression == "fp16":
             ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        return ddp, optimizer
-
-    def close(self) -> None:
-        # A process that exits with its gloo process group alive can abort in
-        # the group's threads at interpreter exit ("terminate called without
-        # an active exception", SIGABRT; seen once in CI): end it first.
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-    def gather_rows(self, row: np.ndarray) -> np.ndarray:
-        import torch.distributed as dist
-
-        # NCCL gathers only device tensors; gloo only host ones.
-        mine = torch.tensor(np.asarray(row, dtype=np.float64), device=self.device)
-        rows = [torch.empty_like(mine) for _ in range(self.num_processes)]
-        dist.all_gather(rows, mine)
-        return torch.stack(rows).cpu().numpy()
+        return ddp, self.make_optimizer(module.parameters())

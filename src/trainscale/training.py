@@ -63,12 +63,14 @@ def device_name(backend: Backend) -> str:
 
 
 def process_description(backend: Backend) -> dict:
+    topology = backend.topology
     return {
-        "process": backend.process_index,
+        "process": topology.process_index,
         "host": socket.gethostname(),
-        "devices": backend.devices,
-        "replicas": backend.replicas_in_process,
+        "devices": topology.devices,
+        "replicas": topology.replicas_in_process,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "peak_memory": backend.peak_memory(),
     }
 
 
@@ -85,29 +87,32 @@ def train(settings: RunSettings, options: RunOptions | None = None):
     backend = create_backend(settings, options)
     try:
         backend.prepare()
-        initial_weights = backend.trainable_weights() if options.weights_file else None
+        initial_weights = backend.trainable_weights() if options.save_weights else None
         loss_value = _warm_up(backend)
         timing = {
             "startup_seconds": clock.elapsed(),
             "seconds_to_first_timed_step": process_age(),
         }
         blocks, loss_value = _timed_blocks(backend, loss_value)
+        # Before the weights are gathered (a sharded framework's whole weights
+        # would count in its peak memory).
+        description = process_description(backend)
+        # Every process: a framework that shards the weights gathers them.
+        final_weights = backend.trainable_weights() if options.save_weights else None
     except backend.out_of_memory_errors as err:
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise OutOfMemory(first_line) from err
-    processes = backend.gather_json(
-        {**process_description(backend), "peak_memory": backend.peak_memory()}
-    )
-    if not backend.is_chief:
+    processes = backend.gather_json(description)
+    if not backend.topology.is_chief:
         backend.close()
         return None
     record = _record(backend, blocks, processes, {**timing, "final_loss": loss_value}, started_at)
     if options.output:
         records.atomic_write_json(options.output, record)
-    if options.weights_file:
+    if options.save_weights:
         arrays = {f"initial_{i}": w for i, w in enumerate(initial_weights)}
-        arrays.update({f"final_{i}": w for i, w in enumerate(backend.trainable_weights())})
-        np.savez(options.weights_file, **arrays)
+        arrays.update({f"final_{i}": w for i, w in enumerate(final_weights)})
+        np.savez(options.save_weights, **arrays)
     backend.close()
     log(
         f"{_who(settings)}: {record['images_per_sec']['mean']:.1f} ± "
@@ -123,7 +128,7 @@ def _who(settings: RunSettings) -> str:
 def _warm_up(backend: Backend) -> float:
     """The untimed steps: tracing or compiling, and Horovod-TF's broadcast after step 1."""
     settings = backend.settings
-    if backend.is_chief:
+    if backend.topology.is_chief:
         log(f"{_who(settings)}: warm-up, {settings.warmup_steps} step(s)")
     for step in range(settings.warmup_steps):
         loss = backend.step()
@@ -134,12 +139,12 @@ def _warm_up(backend: Backend) -> float:
 
 def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, float]:
     """Time blocks of steps until `iterations` or the time budget; returns them and the loss."""
-    settings = backend.settings
+    settings, topology = backend.settings, backend.topology
     blocks = BlockTimes(
         images_per_block=settings.batch_size
-        * backend.replicas_in_process
+        * topology.replicas_in_process
         * settings.steps_per_iteration,
-        replicas_in_process=backend.replicas_in_process,
+        replicas_in_process=topology.replicas_in_process,
         steps_per_block=settings.steps_per_iteration,
     )
     budget = BlockBudget(settings.iterations, settings.time_budget_seconds)
@@ -156,7 +161,7 @@ def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, floa
         total = blocks.add(seconds, gathered[:, 0])
         if not backend.loss_is_global:
             loss_value = float(gathered[:, 1].sum())
-        if backend.is_chief:
+        if topology.is_chief:
             log(
                 f"{_who(settings)}: block {block + 1}/{settings.iterations} "
                 f"{total:.1f} img/s total, {total / settings.replicas:.1f} per replica, "
@@ -172,20 +177,21 @@ def _record(
     backend: Backend, blocks: BlockTimes, processes: list, measured: dict, started_at: str
 ) -> dict:
     """The chief's record of the run: the summary of its blocks, MFU, memory, provenance."""
-    settings = backend.settings
+    settings, topology = backend.settings, backend.topology
     summary = blocks.summary()
     name = device_name(backend)
+    peaks = [(p["peak_memory"]["bytes"] or 0, p["replicas"]) for p in processes]
     return {
         **records.record_head(settings, "ok"),
-        "replicas": backend.num_replicas,  # as the framework counted them
-        "processes": backend.num_processes,
+        "replicas": topology.num_replicas,  # as the framework counted them
+        "processes": topology.num_processes,
         **summary,
         "device_name": name,
         "trainable_parameters": backend.trainable_parameters(),
         **utilisation(
             summary["images_per_sec"]["mean"],
             backend.training_flops_per_image(),
-            backend.num_replicas,
+            topology.num_replicas,
             name,
             settings.precision,
         ),
@@ -193,8 +199,13 @@ def _record(
         # seconds_to_first_timed_step: from process start (interpreter,
         # imports and rendezvous too), up to the first timed step.
         **measured,
-        "peak_memory_bytes": max((p["peak_memory"]["bytes"] or 0) for p in processes) or None,
+        # The largest over processes; per replica, that of the process with
+        # the most per replica (a process driving several replicas, as
+        # MirroredStrategy's, holds them all: its peak is split evenly).
+        "peak_memory_bytes": max(peak for peak, _ in peaks) or None,
+        "peak_memory_per_replica_bytes": max(peak // n for peak, n in peaks) or None,
         "peak_memory_source": processes[0]["peak_memory"]["source"],
+        "framework_config": backend.framework_config(),
         "source": "measured",
         "provenance": {
             **records.host_provenance(),

@@ -13,6 +13,9 @@ import pytest
 from conftest import load_json, trainscale
 from runs import assert_knob_effect, assert_options_recorded, assert_trains_like_one_device
 
+# Its module fixture is expensive: every test of it on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("harness-equivalence")
+
 # Measured on this code: largest difference 7.5e-09 for all three (closing note of
 # issue 2); the bound leaves room for other CPUs' summation orders while
 # staying far below one SGD update (lr * |g| ~ 1e-4 here).

@@ -15,7 +15,8 @@ from runs import assert_a_killed_rank_ends_the_run, processes_writing, second_pr
 
 from trainscale.supervision import OOM_SIGNS, ProcessTree, stop_all
 
-pytestmark = pytest.mark.slow
+# Its module fixture (the start-up measured once) is expensive: one pytest-xdist worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("harness-failures")]
 
 BIG = [
     "--model",

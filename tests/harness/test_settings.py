@@ -75,7 +75,7 @@ def test_global_batch_splits_or_is_refused():
         ({"model": "inception_v3", "image_size": 74}, "inception_v3's minimum of 75"),
         ({"framework": "tf-mirrored", "nodes": 2}, "tf-mirrored runs on one node"),
         ({"framework": "tf-single", "gpus_per_node": 2}, "tf-single runs on one device"),
-        ({"warmup_steps": 0}, "--warmup-steps must be at least 1"),
+        ({"warmup_steps": 0}, "--warmup-steps must be a positive integer, got 0"),
         ({"dataset": "cifar100", "data_dir": "/nonexistent"}, "--data-dir '/nonexistent'"),
     ],
 )

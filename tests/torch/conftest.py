@@ -23,3 +23,9 @@ def tensorflow_python() -> str:
             "set TRAINSCALE_TF_PYTHON"
         )
     return python
+
+
+def pytest_terminal_summary(terminalreporter):
+    from runs import print_shown
+
+    print_shown(terminalreporter)

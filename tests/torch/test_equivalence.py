@@ -1,9 +1,12 @@
-"""torch-ddp and horovod-torch on 2 CPU replicas equal torch-single on the full batch.
+"""Every distributed torch framework on 2 CPU replicas equals torch-single on the full batch.
 
 As tests/harness/test_equivalence.py for TensorFlow: the same seed, initial
 weights and GLOBAL batch; VGG-16 (no dropout, no batch norm) at 32x32; plain
 SGD, whose update is linear in the gradient; 2 steps (one warm-up, one
-timed). Only float32 summation order may differ.
+timed). Only float32 summation order may differ. The frameworks come from the
+registry; a framework's knob that changes which collectives reduce the
+gradient adds cases of its own. A framework that summed where it should
+average would be off by a whole update here.
 """
 
 import numpy as np
@@ -15,6 +18,11 @@ from runs import (
     load_json,
     trainscale,
 )
+
+from trainscale.registry import REGISTRY
+
+# Its module fixture is expensive: every test of it on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("torch-equivalence")
 
 # Measured on this code (AMD EPYC, 2 cores): see the test's printed line.
 ATOL = 2e-6
@@ -49,11 +57,19 @@ def reference(tmp_path_factory, cifar_dir):
     return _train(tmp_path_factory.mktemp("single"), cifar_dir, "torch-single", 1)
 
 
+DISTRIBUTED = [s.name for s in REGISTRY if s.ecosystem == "torch" and not s.one_device]
+# Each framework at its defaults.
+CASES = [(name, []) for name in DISTRIBUTED]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
-def test_two_replicas_match_one_device_on_the_full_batch(tmp_path, cifar_dir, reference, framework):
-    run = _train(tmp_path, cifar_dir, framework, 2)
-    assert_trains_like_one_device(reference, run, ATOL, framework)
+@pytest.mark.parametrize(("framework", "options"), CASES, ids=[" ".join([f, *o]) for f, o in CASES])
+def test_two_replicas_match_one_device_on_the_full_batch(
+    tmp_path, cifar_dir, reference, framework, options
+):
+    run = _train(tmp_path, cifar_dir, framework, 2, *options)
+    assert_trains_like_one_device(reference, run, ATOL, " ".join([framework, *options]))
+    assert_options_recorded(load_json(tmp_path / f"{framework}.json")["settings"], options)
 
 
 # Knobs that must not change the arithmetic (bucket size, fusion), and the

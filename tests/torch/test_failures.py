@@ -3,7 +3,15 @@
 import time
 
 import pytest
-from runs import assert_a_killed_rank_ends_the_run, load_json, start_run, trainscale
+from runs import (
+    assert_a_killed_rank_ends_the_run,
+    load_json,
+    one_per_launch_kind,
+    start_run,
+    trainscale,
+)
+
+from trainscale.registry import framework_spec
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +23,11 @@ ENDLESS = [
 FIRST_BLOCK = "block 1/100000"
 
 
-@pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
+# One framework of ranks per launch kind: the launcher ends the others.
+RANKS = [f for f in one_per_launch_kind("torch") if not framework_spec(f).one_device]
+
+
+@pytest.mark.parametrize("framework", RANKS)
 def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path, framework):
     run_args = ["--framework", framework, *ENDLESS]
     assert_a_killed_rank_ends_the_run(run_args, tmp_path / "r.json", FIRST_BLOCK)

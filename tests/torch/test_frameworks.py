@@ -4,7 +4,7 @@ import resource
 import subprocess
 
 import pytest
-from runs import TINY, TRAINSCALE, load_json, trainscale
+from runs import TINY, TRAINSCALE, load_json, one_per_launch_kind, trainscale
 
 from trainscale.flops import KNOWN_TRAINABLE_PARAMETERS
 from trainscale.registry import REGISTRY, framework_spec
@@ -29,7 +29,7 @@ def _run(tmp_path, cifar_dir, framework, replicas, *options):
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", TORCH_FRAMEWORKS)
 def test_each_torch_framework_runs_and_records_every_process(tmp_path, cifar_dir, framework):
-    replicas = 1 if framework == "torch-single" else 2
+    replicas = 1 if framework_spec(framework).one_device else 2
     record, result = _run(tmp_path, cifar_dir, framework, replicas)
     assert record["status"] == "ok" and record["source"] == "measured"
     assert record["replicas"] == record["processes"] == replicas
@@ -80,12 +80,11 @@ def _run_capped(args, address_space_mb):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("framework", "replicas", "cap_mb"), [("torch-single", 1, 4000), ("torch-ddp", 2, 3000)]
-)
-def test_out_of_memory_is_a_recorded_outcome(tmp_path, framework, replicas, cap_mb):
+@pytest.mark.parametrize("framework", one_per_launch_kind("torch"))
+def test_out_of_memory_is_a_recorded_outcome(tmp_path, framework):
     # torch's CPU allocator raises a RuntimeError ("DefaultCPUAllocator: can't
     # allocate memory"); the launcher reads it from the output, as for TensorFlow.
+    replicas, cap_mb = (1, 4000) if framework_spec(framework).one_device else (2, 3000)
     output = tmp_path / "r.json"
     big = [
         "--model",

@@ -20,6 +20,9 @@ from trainscale.settings import MODELS, TORCH_MODELS, RunSettings, SettingsError
 from trainscale.torch_backend import torch_forward_flops_per_image
 from trainscale.torch_models import build_torch_model
 
+# Its module fixture is expensive: every test of it on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("keras-counts")
+
 SIZES = (32, 224)
 
 _KERAS_COUNTS = """

@@ -87,3 +87,9 @@ def train_jobs(dry_run_output: str) -> int:
 @pytest.fixture()
 def repo_copy(tmp_path):
     return copy_repository(str(tmp_path / "repo"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    from runs import print_shown
+
+    print_shown(terminalreporter)

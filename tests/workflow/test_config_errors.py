@@ -7,10 +7,9 @@ import pytest
 import yaml
 from conftest import REPO, snakemake, train_jobs
 
-from trainscale.study import ConfigError, check_config, check_schema
+from trainscale.study import ConfigError, check_config, check_schema, config_schema, validate_config
 
-with open(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml")) as handle:
-    SCHEMA = yaml.safe_load(handle)
+SCHEMA = config_schema(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml"))
 
 
 def base():
@@ -43,6 +42,30 @@ def check(config):
 
 def test_the_base_config_is_valid():
     assert len(check(base())) == 5  # horovod on n1g1, n1g2, n2g1, n2g2 + tf-single
+
+
+def test_every_knob_is_an_axis_of_the_grid_and_of_a_constraint():
+    # Once the schema's clause lacked the torch knobs, and refused an
+    # exclusion the grid applies; now both come from one declaration.
+    config = base()
+    config["grid"]["framework"] = ["torch-ddp", "horovod"]
+    config["grid"]["ddp_compression"] = ["none", "fp16"]
+    config["constraints"]["exclude"] = [{"ddp_compression": "fp16", "nodes": 2}]
+    stems = {p.stem() for p in check(config)}
+    assert "torch-ddp/small_cnn/b16/ddp_compression=fp16/n1g2r1" in stems
+    assert "torch-ddp/small_cnn/b16/ddp_compression=none/n2g2r1" in stems
+    assert not any("ddp_compression=fp16/n2" in stem for stem in stems)
+
+
+def test_a_study_that_leaves_settings_out_measures_their_defaults():
+    from trainscale.settings import RunSettings
+    from trainscale.study import run_settings
+
+    config = validate_config(base(), SCHEMA)
+    point = check_config(config, root=REPO)[0]
+    default = RunSettings(framework=point.framework, model="small_cnn", batch_size=16,
+                          image_size=32, dataset="synthetic", device="cpu")  # fmt: skip
+    assert run_settings(config, point) == default
 
 
 def edit(path, value):
@@ -178,6 +201,11 @@ BAD = [
         edit(["grid", "framework"], ["tf-mirrored"]),
         "tf-mirrored runs on one node",
     ),
+    (
+        "unknown knob value in a constraint's axis",
+        edit(["constraints", "exclude"], [{"ddp_compressio": "fp16"}]),
+        "config key constraints.exclude[0]",
+    ),
 ]
 
 
@@ -193,6 +221,7 @@ def test_bad_config_is_one_line_naming_the_key(what, change, expected):
 
 SNAKEMAKE_CASES = [
     ("unknown framework", edit(["grid", "framework"], ["pytorch"]), "grid.framework[0]"),
+    ("missing environment", edit(["train_env"], ".venv-nope"), "config key train_env"),
     ("unsafe partition", edit(["cluster", "partition"], "gpu; touch pwned"), "cluster.partition"),
     ("study escaping results/", edit(["study"], "../outside"), "config key study"),
     ("cap excludes everything", edit(["constraints", "max_total_gpus"], 0), "max_total_gpus"),

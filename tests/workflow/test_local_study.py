@@ -14,6 +14,9 @@ import pytest
 import yaml
 from conftest import copy_repository, local_study, snakemake, start_snakemake, train_jobs
 
+# Its module fixture is expensive: every test of it on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("local-study")
+
 STUDY = {
     "study": "tiny-cpu",
     "reference": "published",

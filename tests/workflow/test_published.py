@@ -7,6 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import snakemake, train_jobs
+from runs import show_in_the_log
+
+# Its module fixture is expensive: every test of it on one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("published")
 
 # Seed 000 as printed. Table II: rows = GPUs per node, columns = 1..4 nodes.
 TABLE_II = {
@@ -108,13 +112,12 @@ def test_speedup_and_efficiency_against_the_1_gpu_run(rebuilt):
     assert set(tidy["source"].str.split(":").str[0]) == {"published"}
 
 
-def test_fitted_on_1_to_2_nodes_the_step_model_predicts_3_and_4(rebuilt, capsys):
+def test_fitted_on_1_to_2_nodes_the_step_model_predicts_3_and_4(rebuilt, record_property):
     repo = rebuilt[0]
     tables = os.path.join(repo, "results", "published", "tables")
     holdout = pd.read_csv(os.path.join(tables, "predicted_holdout.csv")).set_index("framework")
-    with capsys.disabled():  # in every test log, passing or not
-        print("\n" + Path(tables, "predicted_holdout.md").read_text())
-        print(Path(tables, "predicted_parameters.md").read_text())
+    shown = Path(tables, "predicted_holdout.md").read_text()
+    show_in_the_log(record_property, shown + Path(tables, "predicted_parameters.md").read_text())
     horovod = holdout.loc["horovod"]
     # Seed 000's Table II: fitted on 1-2 nodes (13 cells), 7 cells on 3-4 nodes held out.
     assert horovod["fit_on"] == "nodes <= 2" and horovod["held_out_cells"] == 7

@@ -12,7 +12,7 @@ import sys
 import pandas as pd
 import pytest
 
-from trainscale.examples import EXAMPLES_DIR, base_of, example_path, user_launch
+from trainscale.examples import EXAMPLES_DIR, example_path, user_launch
 from trainscale.refactoring import (
     CONCEPTS,
     api_names,
@@ -25,7 +25,7 @@ from trainscale.refactoring import (
     stand_in_free,
     write_refactoring,
 )
-from trainscale.registry import FRAMEWORKS, REGISTRY, framework_spec
+from trainscale.registry import FRAMEWORKS, REGISTRY, base_of, framework_spec
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -1,56 +1,89 @@
-"""One framework registry that everything else reads (trainscale.registry)."""
+"""One framework registry that everything else reads (trainscale.registry), and
+settings declared once (trainscale.setting): what a new framework or knob
+touches, checked."""
 
 import os
+import re
 
 import pandas as pd
-from conftest import REPO, load_yaml
+import pytest
+from conftest import REPO
 from test_analysis import row
 
-from trainscale import settings, study
+from trainscale import settings
 from trainscale.registry import FRAMEWORKS, REGISTRY, framework_spec, label, table_order
-from trainscale.settings import RunSettings
+from trainscale.settings import RunSettings, SettingsError, validate
 from trainscale.tables import cross_ecosystem_table, efficiency_table
 from trainscale.tidy import combine_repeats, series_order
 
-
-def test_the_config_schema_knows_exactly_the_registered_frameworks():
-    schema = load_yaml(os.path.join(REPO, "workflow/schemas/config.schema.yaml"))
-    assert schema["$defs"]["framework"]["enum"] == list(FRAMEWORKS)
-    # Each framework's environment is a key of the study's config.
-    for spec in REGISTRY:
-        assert spec.environment in schema["properties"], spec.name
+# The source a knob may be named in (tests, docs and study configs aside).
+SOURCE = ["src", "workflow", "Snakefile", "bench", "tools", "Makefile"]
 
 
-def test_settings_and_grid_read_the_registry():
-    assert settings.FRAMEWORKS == FRAMEWORKS
-    # Knob readers: what each framework's entry lists.
-    tensorflow = {"tf-single", "horovod", "tf-mirrored", "tf-multiworker"}
-    torch = {"torch-single", "torch-ddp", "horovod-torch"}
-    readers = {
-        "precision": None,
-        "xla": tensorflow,
-        "horovod_compression": {"horovod", "horovod-torch"},
-        "horovod_fusion_threshold_mb": {"horovod", "horovod-torch"},
-        "collective_implementation": {"tf-multiworker"},
-        "all_reduce_pack_mb": {"tf-multiworker"},
-        "compile": torch,
-        "channels_last": torch,
-        "ddp_bucket_cap_mb": {"torch-ddp"},
-        "ddp_compression": {"torch-ddp"},
-    }
-    assert readers == study.KNOB_AXES
+def _source_files():
+    for entry in SOURCE:
+        path = os.path.join(REPO, entry)
+        if os.path.isfile(path):
+            yield path
+            continue
+        for folder, _, names in os.walk(path):
+            for name in names:
+                if name.endswith((".py", ".smk", ".yaml", ".sh")):
+                    yield os.path.join(folder, name)
 
 
-def test_processes_per_node_follow_each_launch():
-    def processes(framework, device):
-        point = RunSettings(framework=framework, gpus_per_node=4, device=device)
-        return point.processes_per_node()
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
 
-    assert [processes(f, "gpu") for f in FRAMEWORKS] == [1, 4, 1, 1, 1, 4, 4]
-    # On CPU a MultiWorker worker per replica (two replicas in one worker hung).
-    assert [processes(f, "cpu") for f in FRAMEWORKS] == [1, 4, 1, 4, 1, 4, 4]
-    assert framework_spec("tf-single").one_device and framework_spec("tf-mirrored").one_node
-    assert not framework_spec("horovod").one_node
+
+def _framework_knobs():
+    return [s for s in settings.all_settings() if s not in settings.SETTINGS]
+
+
+@pytest.mark.parametrize("knob", [s.name for s in _framework_knobs()])
+def test_a_knob_is_named_in_its_declaration_and_its_reader_only(knob):
+    # The seam's promise: a framework's knob is declared once (its registry
+    # entry or launch kind) and read once (its framework's module); the CLI,
+    # the checks and the study schema are made from the declaration.
+    named = re.compile(rf"\b{knob}\b")
+    files = sorted(
+        os.path.relpath(path, REPO) for path in _source_files() if named.search(_read(path))
+    )
+    assert len(files) <= 2, files
+
+
+def test_every_knob_a_framework_declares_is_read_by_exactly_its_frameworks():
+    for setting in _framework_knobs():
+        declared = {
+            spec.name for spec in REGISTRY if setting in (*spec.knobs, *spec.launch.settings)
+        }
+        assert settings.readers(setting.name) == declared, setting.name
+    # Ecosystem settings are read by every framework of the ecosystem.
+    torch = {spec.name for spec in REGISTRY if spec.ecosystem == "torch"}
+    assert settings.readers("compile") == torch
+    assert settings.readers("precision") is None
+
+
+def test_a_declared_check_refuses_in_one_line_naming_the_flag():
+    with pytest.raises(SettingsError, match="^--collective-implementation nccl needs --device"):
+        validate(RunSettings(framework="tf-multiworker", device="cpu",
+                             collective_implementation="nccl", dataset="synthetic"))  # fmt: skip
+    with pytest.raises(SettingsError, match="^--ddp-compression 'gzip' is unknown; choose one of"):
+        validate(RunSettings(framework="torch-ddp", ddp_compression="gzip", dataset="synthetic"))
+
+
+@pytest.mark.parametrize("spec", REGISTRY, ids=FRAMEWORKS)
+def test_each_entry_names_what_exists(spec):
+    # Its example, the files beside it, and its environment's config key.
+    examples = os.path.join(REPO, "examples")
+    for name in (spec.example, *spec.example_files):
+        assert os.path.isfile(os.path.join(examples, name)), name
+    assert spec.environment in ("train_env", "torch_env")
+    assert spec.compared_with in ("", *FRAMEWORKS)
+    # What one step moves is said for every configuration the defaults make.
+    moved = spec.traffic(RunSettings(framework=spec.name).to_dict())
+    assert moved.passes >= 0 and moved.bytes_per_element in (2, 4)
 
 
 def test_a_framework_the_registry_no_longer_has_goes_last_instead_of_failing():
@@ -64,6 +97,7 @@ def test_a_framework_the_registry_no_longer_has_goes_last_instead_of_failing():
     assert table_order("retired") == len(FRAMEWORKS) and label("retired") == "retired"
     assert series_order("retired") > series_order("tf-multiworker")
     assert label("horovod") == "Horovod"
+    assert framework_spec("tf-single").one_device and framework_spec("tf-mirrored").one_node
 
 
 def _combined(rows):

@@ -18,9 +18,11 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, copy_repository, snakemake, start_snakemake, train_jobs
+from runs import show_in_the_log
 
 LAB = os.path.join(REPO, "tests", "slurm-lab", "lab.sh")
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# One lab on this machine: its tests run one after the other (pytest-xdist).
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-lab")]
 
 
 def _lab_is_up() -> bool:
@@ -86,7 +88,7 @@ EXPECTED = {
 TORCH = ("torch-ddp", "horovod-torch")
 
 
-def test_every_framework_and_shape_through_the_slurm_profile(lab, tmp_path, capsys):
+def test_every_framework_and_shape_through_the_slurm_profile(lab, tmp_path, record_property):
     repo = copy_repository(str(tmp_path / "repo"))
     args = profile_args(repo, "lab.yaml", study_config())
     dry = snakemake(repo, "-n", *args)
@@ -137,9 +139,11 @@ def test_every_framework_and_shape_through_the_slurm_profile(lab, tmp_path, caps
     # not the paper's hardware): computed and printed, whatever it shows.
     holdout = pd.read_csv(folder / "tables" / "predicted_holdout.csv")
     assert set(holdout["framework"]) >= {"horovod", "tf-multiworker", "torch-ddp"}
-    with capsys.disabled():  # in every test log, passing or not
-        print("\n" + (folder / "tables" / "predicted_holdout.md").read_text())
-        print((folder / "tables" / "predicted_parameters.md").read_text())
+    tables = [
+        (folder / "tables" / f"{name}.md").read_text()
+        for name in ("predicted_holdout", "predicted_parameters")
+    ]
+    show_in_the_log(record_property, "\n".join(tables))
 
 
 def test_horovod_over_gloo_across_nodes(lab, tmp_path):

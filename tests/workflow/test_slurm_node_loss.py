@@ -16,7 +16,8 @@ import pytest
 from conftest import SNAKEMAKE, copy_repository, start_snakemake
 from test_slurm import LAB, _lab_is_up, profile_args, records, study_config
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# One lab on this machine: its tests run one after the other (pytest-xdist).
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-lab")]
 
 
 @pytest.fixture(scope="module")

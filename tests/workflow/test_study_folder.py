@@ -2,7 +2,6 @@
 read-only, and no saved config is ever lost (trainscale.study_folder)."""
 
 import copy
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -46,15 +45,6 @@ def variant(grid=None, benchmark=None, **keys):
 
 def check(config, saved, root):
     return check_study_folder(config, expand_grid(config), saved, root=str(root))
-
-
-def test_schema_defaults_are_the_settings_defaults():
-    # Defaults live in RunSettings; the schema that fills a study's config must agree.
-    schema = load_yaml(os.path.join(REPO, "workflow/schemas/config.schema.yaml"))
-    benchmark = schema["properties"]["benchmark"]["properties"]
-    for field in dataclasses.fields(RunSettings):
-        if field.name in benchmark and "default" in benchmark[field.name]:
-            assert benchmark[field.name]["default"] == field.default, field.name
 
 
 def test_measurement_settings_are_what_a_record_measured():

@@ -10,7 +10,6 @@ import yaml
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 from trainscale.study import (
     KNOBS_RECORD_PATTERN,
@@ -18,32 +17,32 @@ from trainscale.study import (
     ConfigError,
     GridPoint,
     check_config,
-    check_schema,
+    check_environments,
+    config_schema,
     job_shape,
     knob_axes,
     record_path,
     run_settings,
     slurm_resources,
     train_arguments,
+    validate_config,
 )
-from trainscale.registry import framework_spec, table_order
-from trainscale.examples import base_of
+from trainscale.registry import base_of, framework_spec, table_order
 from trainscale.study_folder import check_study_folder, save_study_config
 
-SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
-with open(SCHEMA) as handle:
-    SCHEMA_RULES = yaml.safe_load(handle)
+# The schema file, with what the settings' declarations say filled in.
+SCHEMA = config_schema(
+    os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+)
 
 
 def checked(study_config, what="Invalid study configuration"):
-    """The config with the schema's defaults filled in; one readable line naming
-    the key first, then Snakemake's own validation, which fills the defaults."""
+    """The config, validated against the schema, with its defaults filled in;
+    an invalid one stops the workflow with one line naming the key."""
     try:
-        check_schema(study_config, SCHEMA_RULES)
+        return validate_config(study_config, SCHEMA)
     except ConfigError as err:
         raise WorkflowError(f"{what}: {err}") from None
-    validate(study_config, SCHEMA)
-    return study_config
 
 
 def saved_config(path):
@@ -64,6 +63,11 @@ try:
     # The saved config must go on explaining every record of the study
     # (trainscale.study_folder): refused here, before anything runs.
     FOLDER = check_study_folder(config, POINTS, saved_config(f"{RESULTS}/config.yaml"))
+    # A train job runs from its framework's environment unless conda or a
+    # container provides it (trainscale_command).
+    DEPLOYED = {m.name for m in workflow.deployment_settings.deployment_method}
+    if not FOLDER.read_only and not DEPLOYED & {"CONDA", "APPTAINER"}:
+        check_environments(config, POINTS)
 except ConfigError as err:
     raise WorkflowError(f"Invalid study configuration: {err}") from None
 
@@ -75,8 +79,7 @@ TRAIN_RETRIES = config["train_retries"]
 def trainscale_command(wildcards):
     """The harness for a train job: on PATH in a conda env or container, else
     from the environment the registry names for its framework (train_env)."""
-    methods = {m.name for m in workflow.deployment_settings.deployment_method}
-    if methods & {"CONDA", "APPTAINER"}:
+    if DEPLOYED & {"CONDA", "APPTAINER"}:
         return "trainscale"
     environment = framework_spec(point_of(wildcards).framework).environment
     return os.path.join(config[environment], "bin", "trainscale")
@@ -161,6 +164,7 @@ FIGURES = [
     "efficiency",
     "frameworks",
     "mfu",
+    "memory",
     "refactoring_tradeoff",
 ] + (["vs_reference"] if REFERENCE else [])
 
