@@ -52,6 +52,26 @@ def _all_reduce(compression_knob: str = "") -> Callable[[Mapping], Traffic]:
     return traffic
 
 
+def _sharded(passes_on_nccl: float, who: str) -> Callable[[Mapping], Traffic]:
+    """ZeRO / FSDP traffic on GPUs (NCCL), refused on CPU: gloo runs a
+    reduce-scatter as a whole all-reduce (torch PR #118911), so the passes
+    there are not the algorithm's."""
+
+    def traffic(settings: Mapping) -> Traffic:
+        if settings.get("device") == "cpu":
+            return Traffic(refused=f"{who} on CPU: gloo's reduce-scatter is a full all-reduce")
+        return Traffic(passes_on_nccl)
+
+    return traffic
+
+
+def _fsdp_traffic(settings: Mapping) -> Traffic:
+    # All-gather in forward, again in backward when forward resharded, and a
+    # reduce-scatter of the gradients.
+    passes = 3.0 if settings.get("fsdp_reshard_after_forward", True) else 2.0
+    return _sharded(passes, "FSDP")(settings)
+
+
 def _no_traffic(settings: Mapping) -> Traffic:
     return Traffic(0.0)
 
@@ -167,6 +187,13 @@ DDP_KNOBS = (
 )
 
 
+def _fsdp_refuses_channels_last(settings) -> str:
+    if settings.channels_last:
+        # torch 2.13: "NotImplementedError: FSDP does not support non-contiguous parameters yet"
+        return "--channels-last: FSDP2 shards only contiguous parameters (torch 2.13)"
+    return ""
+
+
 # In table order: each ecosystem's baseline first.
 REGISTRY = (
     FrameworkSpec(
@@ -255,6 +282,34 @@ REGISTRY = (
         knobs=HOROVOD_KNOBS,
         compared_with="horovod",
         traffic=_all_reduce("horovod_compression"),
+    ),
+    FrameworkSpec(
+        "torch-fsdp",
+        "PyTorch FSDP2",
+        "torch",
+        "torch_env",
+        TORCHRUN,
+        backend="trainscale.torch_fsdp:FullyShardedDataParallel",
+        requires="torch",
+        example="torch_fsdp.py",
+        knobs=(
+            Setting(
+                "fsdp_reshard_after_forward",
+                bool,
+                True,
+                "torch-fsdp: free each block's gathered parameters after forward and gather "
+                "them again in backward (off: keep them until backward)",
+                axis=True,
+                group="communication",
+            ),
+        ),
+        compared_with="horovod",
+        concept_evidence=(
+            ("gradient all-reduce", ("fully_shard",)),
+            ("sharded training state", ("fully_shard",)),
+        ),
+        traffic=_fsdp_traffic,
+        check=_fsdp_refuses_channels_last,
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)

@@ -72,11 +72,13 @@ def test_two_replicas_match_one_device_on_the_full_batch(
     assert_options_recorded(load_json(tmp_path / f"{framework}.json")["settings"], options)
 
 
-# Knobs that must not change the arithmetic (bucket size, fusion), and the
-# fp16 compressions, which round every gradient to half precision on the wire.
+# Knobs that must not change the arithmetic (bucket size, fusion, FSDP2's
+# resharding), and the fp16 compressions, which round every gradient to half
+# precision on the wire.
 KNOBS = [
     ("torch-ddp", ["--ddp-bucket-cap-mb", "1"], False),
     ("horovod-torch", ["--horovod-fusion-threshold-mb", "0"], False),
+    ("torch-fsdp", ["--no-fsdp-reshard-after-forward"], False),
     ("torch-ddp", ["--ddp-compression", "fp16"], True),
     ("horovod-torch", ["--horovod-compression", "fp16"], True),
 ]
