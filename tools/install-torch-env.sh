@@ -18,6 +18,7 @@ python=${PYTHON:-python3.11}
 torch_requirement=${TORCH_REQUIREMENT:-torch==2.13.0}
 numpy_requirement=${NUMPY_REQUIREMENT:-numpy<2}
 horovod_version=0.28.1
+deepspeed_version=0.19.8
 
 if [ ! -x "$venv/bin/python" ]; then
   echo "torch env: creating $venv with $python"
@@ -54,7 +55,25 @@ script=$(cat "$0" tools/build-horovod-torch.sh | sha256sum | cut -c1-16)"
   "${pip[@]}" install cloudpickle psutil pyyaml packaging cffi
 fi
 
+# DeepSpeed, from its sdist. No op is compiled at install (DS_BUILD_OPS=0)
+# but the one its CPU accelerator would otherwise compile when a run starts:
+# the shared-memory all-reduce (DS_BUILD_SHM_COMM=1; inference only, loaded at
+# every deepspeed.init_distributed). Its ops for GPUs compile at run time, as
+# DeepSpeed's default is; the deepspeed framework uses none of them (its
+# optimizer is torch's). Its dependencies are pure Python; torch is not touched.
+if ! "$venv/bin/python" -c "import deepspeed, sys; sys.exit(deepspeed.__version__ != '$deepspeed_version')" 2>/dev/null; then
+  echo "torch env: deepspeed==$deepspeed_version"
+  shm_comm=$("$venv/bin/python" -c 'import torch; print(int(not torch.cuda.is_available()))')
+  key="deepspeed==$deepspeed_version
+$torch_key
+DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=$shm_comm
+script=$(sha256sum "$0" | cut -c1-16)"
+  DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=$shm_comm cached_install deepspeed "$key" \
+    "${pip[@]}" wheel --no-build-isolation --no-deps --no-cache-dir "deepspeed==$deepspeed_version" -w
+  "${pip[@]}" install "deepspeed==$deepspeed_version"  # its pure-Python dependencies
+fi
+
 # The harness itself, editable, and its test tools (as in .venv-train).
 "${pip[@]}" install --no-deps -e .
-"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4"
-"$venv/bin/python" -c "import torch, horovod.torch; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__)"
+"${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3"
+"$venv/bin/python" -c "import torch, horovod.torch, deepspeed; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__, '| deepspeed', deepspeed.__version__)" 2>&1 | tail -1

@@ -14,12 +14,12 @@ shapes and the examples ask it, and nothing switches on its name.
 - MULTIWORKER: one TF_CONFIG worker per node holding its GPUs, one per
   replica on CPU (a worker holding two logical CPU replicas hung before its
   first step); SlurmClusterResolver under SLURM;
-- TorchDistributed (TORCHRUN): one rank per replica, each told RANK,
-  WORLD_SIZE, LOCAL_RANK and the first rank's MASTER_ADDR:MASTER_PORT, what
-  torch.distributed's env:// rendezvous reads; under SLURM each rank derives
-  them from its task variables. The commands a user types are the object's
-  (torchrun's here), so a framework with a launcher of its own is another
-  object of the class.
+- TorchDistributed (TORCHRUN, DEEPSPEED): one rank per replica, each told
+  RANK, WORLD_SIZE, LOCAL_RANK and the first rank's MASTER_ADDR:MASTER_PORT,
+  what torch.distributed's env:// rendezvous reads; under SLURM each rank
+  derives them from its task variables. The commands a user types are the
+  object's (torchrun's; DeepSpeed's launcher), so a framework with a launcher
+  of its own is another object of the class.
 
 Imports neither TensorFlow nor torch.
 """
@@ -187,4 +187,10 @@ TORCHRUN = TorchDistributed(
     "torchrun --nproc-per-node=4 {script}",
     "torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d "
     "--rdzv-endpoint=node1:29500 {script}   # on each node",
+)
+# DeepSpeed's own launcher (pdsh across the hostfile's nodes); the ranks it
+# starts read the same variables as torchrun's.
+DEEPSPEED = TorchDistributed(
+    "deepspeed --num_gpus=4 {script}",
+    "deepspeed --hostfile=hostfile {script}   # hostfile: node1 slots=4, node2 slots=4",
 )

@@ -20,7 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from trainscale.launch_kinds import HOROVOD, MULTIWORKER, ONE_PROCESS, TORCHRUN, LaunchKind
+from trainscale.launch_kinds import (
+    DEEPSPEED,
+    HOROVOD,
+    MULTIWORKER,
+    ONE_PROCESS,
+    TORCHRUN,
+    LaunchKind,
+)
 from trainscale.setting import Setting
 
 # The modules of each ecosystem (the refactoring analysis's framework names
@@ -70,6 +77,17 @@ def _fsdp_traffic(settings: Mapping) -> Traffic:
     # reduce-scatter of the gradients.
     passes = 3.0 if settings.get("fsdp_reshard_after_forward", True) else 2.0
     return _sharded(passes, "FSDP")(settings)
+
+
+def _zero_traffic(settings: Mapping) -> Traffic:
+    # ZeRO-0 all-reduces gradients; ZeRO-1/2 reduce-scatter them and
+    # all-gather the updated parameters (2 passes, as much as an all-reduce);
+    # ZeRO-3 all-gathers the parameters in forward and again in backward, and
+    # reduce-scatters the gradients (3). Rajbhandari et al., ZeRO, section 7.
+    stage = int(settings.get("zero_stage", 0))
+    if stage == 0:
+        return Traffic(2.0)
+    return _sharded(3.0 if stage == 3 else 2.0, f"ZeRO-{stage}")(settings)
 
 
 def _no_traffic(settings: Mapping) -> Traffic:
@@ -194,6 +212,13 @@ def _fsdp_refuses_channels_last(settings) -> str:
     return ""
 
 
+def _deepspeed_fp16_needs_a_gpu(settings) -> str:
+    if settings.precision == "fp16" and settings.device != "gpu":
+        # DeepSpeed 0.19.8's CPU accelerator: "Type fp16 is not supported on your device."
+        return "--precision fp16: DeepSpeed's CPU accelerator has no fp16 (use bf16, or a GPU)"
+    return ""
+
+
 # In table order: each ecosystem's baseline first.
 REGISTRY = (
     FrameworkSpec(
@@ -310,6 +335,38 @@ REGISTRY = (
         ),
         traffic=_fsdp_traffic,
         check=_fsdp_refuses_channels_last,
+    ),
+    FrameworkSpec(
+        "deepspeed",
+        "DeepSpeed",
+        "torch",
+        "torch_env",
+        DEEPSPEED,
+        backend="trainscale.torch_deepspeed:DeepSpeed",
+        requires="deepspeed",
+        example="torch_deepspeed.py",
+        example_files=("ds_config.json",),
+        knobs=(
+            Setting(
+                "zero_stage",
+                int,
+                0,
+                "deepspeed: ZeRO's stage: 0 data parallel, 1 optimizer state, 2 and "
+                "gradients, 3 and parameters sharded over the replicas",
+                choices=(0, 1, 2, 3),
+                axis=True,
+                group="communication",
+            ),
+        ),
+        compared_with="horovod",
+        concept_evidence=(
+            ("process group", ("init_distributed",)),
+            ("gradient all-reduce", ("initialize",)),
+            ("training engine", ("initialize",)),
+            ("sharded training state", ("zero_optimization",)),
+        ),
+        traffic=_zero_traffic,
+        check=_deepspeed_fp16_needs_a_gpu,
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)

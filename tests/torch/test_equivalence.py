@@ -58,8 +58,11 @@ def reference(tmp_path_factory, cifar_dir):
 
 
 DISTRIBUTED = [s.name for s in REGISTRY if s.ecosystem == "torch" and not s.one_device]
-# Each framework at its defaults.
-CASES = [(name, []) for name in DISTRIBUTED]
+# Each framework at its defaults, and ZeRO's other stages (0 is the default):
+# each reduces the gradient with other collectives.
+CASES = [(name, []) for name in DISTRIBUTED] + [
+    ("deepspeed", ["--zero-stage", stage]) for stage in ("1", "2", "3")
+]
 
 
 @pytest.mark.slow
