@@ -226,15 +226,20 @@ def test_a_record_path_reads_back_as_its_grid_point():
 
 def test_the_cross_ecosystem_study():
     config = load_yaml(os.path.join(REPO, "studies", "cross-ecosystem.yaml"))
-    got = points(config)
-    spanning = {"horovod", "tf-multiworker", "torch-ddp", "horovod-torch"}
+    got = {(*point, dict(p.knobs)["zero_stage"]) for p in expand_grid(config) for point in [
+        (p.framework, p.model, p.batch_size, p.nodes, p.gpus_per_node, p.repeat)
+    ]}  # fmt: skip
+    spanning = {"horovod", "tf-multiworker", "torch-ddp", "horovod-torch", "torch-fsdp"}
     cells = {(n, g) for n in range(1, 5) for g in (1, 2, 4)}
     expected = set()
     for model in ("resnet50", "vgg16"):
         for repeat in (1, 2, 3):
-            expected |= {(f, model, 64, n, g, repeat) for f in spanning for n, g in cells}
-            expected |= {("tf-mirrored", model, 64, 1, g, repeat) for g in (1, 2, 4)}
-            expected |= {(f, model, 64, 1, 1, repeat) for f in ("tf-single", "torch-single")}
+            point = (model, 64)
+            expected |= {(f, *point, n, g, repeat, 0) for f in spanning for n, g in cells}
+            # ZeRO's stage is DeepSpeed's knob alone: both of its stages, once for the others.
+            expected |= {("deepspeed", *point, n, g, repeat, z) for n, g in cells for z in (0, 3)}
+            expected |= {("tf-mirrored", *point, 1, g, repeat, 0) for g in (1, 2, 4)}
+            expected |= {(f, *point, 1, 1, repeat, 0) for f in ("tf-single", "torch-single")}
     assert got == expected
-    assert len(got) == 2 * 3 * (4 * 12 + 3 + 2)
-    check_config(config)  # every point valid: both models exist in both ecosystems
+    assert len(got) == 2 * 3 * (7 * 12 + 3 + 2)
+    check_config(config)  # every point valid: every model exists in both ecosystems

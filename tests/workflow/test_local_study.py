@@ -13,6 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import copy_repository, local_study, snakemake, start_snakemake, train_jobs
+from runs import one_per_launch_kind
+
+from trainscale.registry import framework_spec, label
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("local-study")
@@ -208,8 +211,8 @@ def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, 
     folder = Path(repo, "results", "tiny-cpu")
     saved_before = (folder / "config.yaml").read_text()
     records_before = _tree(str(folder / "runs"))
-    # Two frameworks more with the same settings, the torch pair that mirrors
-    # Horovod, each run from its own environment: an extension of both ecosystems.
+    # The torch frameworks of ranks, one per launch kind, with the same
+    # settings, each run from its own environment: an extension of both ecosystems.
     extended = {
         **STUDY,
         "torch_env": ".venv-torch",
@@ -218,7 +221,7 @@ def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, 
     args = local_study(repo, extended)
     dry = snakemake(repo, "-n", *args)
     assert dry.returncode == 0, dry.stderr[-3000:]
-    assert train_jobs(dry.stdout + dry.stderr) == 4
+    assert train_jobs(dry.stdout + dry.stderr) == 2 * len(TORCH)
     assert (folder / "config.yaml").read_text() == saved_before  # a dry run saves nothing
     run = snakemake(repo, *args, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -244,14 +247,16 @@ def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, 
     assert "PyTorch DDP" in (folder / "tables/table1.md").read_text()
 
 
-TORCH = ["torch-ddp", "horovod-torch"]
+# One torch framework of ranks per launch kind (torchrun's, Horovod's, DeepSpeed's):
+# each starts its ranks its own way, from .venv-torch.
+TORCH = [f for f in one_per_launch_kind("torch") if not framework_spec(f).one_device]
 
 
 def _check_each_ecosystem(folder: Path) -> None:
     """Each train job ran from the environment its framework's registry entry
     names, and the tables put each torch framework beside its TensorFlow one."""
     tidy = pd.read_csv(folder / "throughput.csv")
-    assert len(tidy) == 9 and set(tidy["status"]) == {"ok"}
+    assert len(tidy) == 5 + 2 * len(TORCH) and set(tidy["status"]) == {"ok"}
     for path in tidy["record"]:
         record = json.loads(Path(folder.parent.parent, path).read_text())
         provenance = record["provenance"]
@@ -261,15 +266,14 @@ def _check_each_ecosystem(folder: Path) -> None:
             assert provenance["tensorflow"] == "2.15.1" and "torch" not in provenance
         assert len(provenance["processes"]) == record["processes"]
     table1 = (folder / "tables" / "table1.md").read_text()
-    for label in ("Horovod", "PyTorch DDP", "Horovod (PyTorch)"):
-        assert f"| {label} (images/sec) |" in table1
+    for name in ("horovod", *TORCH):
+        assert f"| {label(name)} (images/sec) |" in table1
     cross = pd.read_csv(folder / "tables" / "cross_ecosystem.csv")
     pairs = set(zip(cross["framework"], cross["versus"], cross["gpus"], strict=True))
     assert pairs == {
-        ("PyTorch DDP", "Horovod", 1),
-        ("PyTorch DDP", "Horovod", 2),
-        ("Horovod (PyTorch)", "Horovod", 1),
-        ("Horovod (PyTorch)", "Horovod", 2),
+        (label(name), label(framework_spec(name).compared_with), gpus)
+        for name in TORCH
+        for gpus in (1, 2)
     }
     ratio = cross["framework_images_per_sec_mean"] / cross["versus_images_per_sec_mean"]
     assert cross["ratio"].to_numpy() == pytest.approx(ratio.to_numpy()) and (ratio > 0).all()
@@ -278,7 +282,7 @@ def _check_each_ecosystem(folder: Path) -> None:
     # Speed-up against each framework's own 1-GPU run, torch ones too.
     assert set(one_gpu["framework"]) == {"tf-single", "horovod", "tf-mirrored", *TORCH}
     assert (one_gpu["speedup"] == 1.0).all()
-    # The refactoring table gains the torch pair and their base.
+    # The refactoring table gains the torch frameworks and their base.
     refactoring = pd.read_csv(folder / "tables" / "refactoring.csv")
     assert {"torch-single", *TORCH} <= set(refactoring["framework"])
 

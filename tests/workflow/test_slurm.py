@@ -20,6 +20,8 @@ import yaml
 from conftest import REPO, copy_repository, snakemake, start_snakemake, train_jobs
 from runs import show_in_the_log
 
+from trainscale.registry import REGISTRY
+
 LAB = os.path.join(REPO, "tests", "slurm-lab", "lab.sh")
 # One lab on this machine: its tests run one after the other (pytest-xdist).
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-lab")]
@@ -80,12 +82,18 @@ EXPECTED = {
     "tf-multiworker/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
     "tf-mirrored/small_cnn/b16/n1g2r1.json": (["node?"], 2),
     "tf-single/small_cnn/b16/n1g1r1.json": (["node?"], 1),
-    # torch-ddp: gloo, rendezvous at the job's first host; horovod-torch: mpirun
-    # via srun --mpi=pmix; one srun task per rank, from .venv-torch.
-    "torch-ddp/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
-    "horovod-torch/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
 }
-TORCH = ("torch-ddp", "horovod-torch")
+# Every torch framework of ranks across both nodes (the lab's study.yaml lists
+# them): DDP, FSDP2 and DeepSpeed over gloo with the rendezvous at the job's
+# first host, horovod-torch through srun --mpi=pmix; one srun task per rank,
+# from .venv-torch.
+TORCH = [s.name for s in REGISTRY if s.ecosystem == "torch" and not s.one_device]
+EXPECTED.update(
+    {
+        f"{name}/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4)
+        for name in TORCH
+    }
+)
 
 
 def test_every_framework_and_shape_through_the_slurm_profile(lab, tmp_path, record_property):
