@@ -15,11 +15,13 @@ from trainscale.predict import (
     PREDICT_GPUS_PER_NODE,
     PREDICT_NODES,
     Cell,
+    PredictError,
     Series,
     StepModel,
     best_fit,
     bootstrap,
     holdout_split,
+    traffic,
 )
 
 # 500 MB of gradient, 100 ms of compute per step: 50 and 10 GB/s, 20 and 100 µs
@@ -28,8 +30,10 @@ from trainscale.predict import (
 TRUE = (1 / 50e9, 20e-6, 1 / 10e9, 100e-6, 0.1)
 
 
-def synthetic_series(algorithm: str, noise: float, seed: int = 1) -> Series:
-    model = StepModel(0.1, TRUE, algorithm, 500_000_000, 64)
+def synthetic_series(
+    algorithm: str, noise: float, seed: int = 1, framework="horovod", passes=2.0
+) -> Series:
+    model = StepModel(0.1, TRUE, algorithm, 500_000_000, 64, passes=passes)
     rng = np.random.default_rng(seed)
     cells = []
     for nodes in (1, 2, 4, 8):
@@ -37,7 +41,7 @@ def synthetic_series(algorithm: str, noise: float, seed: int = 1) -> Series:
             rate = float(model.images_per_sec([nodes], [gpus])[0])
             drawn = rate * (1 + noise * rng.standard_normal(10))  # ten timed blocks
             cells.append(Cell(nodes, gpus, float(drawn.mean()), float(drawn.std()), tuple(drawn)))
-    return Series("horovod", "vgg16", 224, 64, "", 500_000_000, tuple(cells))
+    return Series(framework, "vgg16", 224, 64, "", 500_000_000, tuple(cells), passes)
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
@@ -56,6 +60,40 @@ def test_a_fit_recovers_the_parameters_its_records_were_made_with(algorithm):
         refits = [refit.parameters[index] for refit in noisy.refits]
         print(algorithm, index, TRUE[index], min(refits), max(refits))
         assert min(refits) <= TRUE[index] <= max(refits)
+
+
+def record(framework: str, device: str, **settings) -> dict:
+    return {"framework": framework, "device": device, "trainable_parameters": 1000,
+            "settings": settings}  # fmt: skip
+
+
+def test_what_a_step_moves_is_the_registrys_and_a_sharded_fit_is_not_pretended():
+    # Bytes on the wire and ring passes per step, as each entry says.
+    assert traffic(record("horovod", "gpu", horovod_compression="fp16"), "vgg16", 32)[0] == 2000
+    assert traffic(record("horovod", "gpu"), "vgg16", 32)[0] == 4000
+    passes = {
+        stage: traffic(record("deepspeed", "gpu", zero_stage=stage), "vgg16", 32)[1].passes
+        for stage in (0, 1, 2, 3)
+    }
+    assert passes == {0: 2.0, 1: 2.0, 2: 2.0, 3: 3.0}  # ZeRO-3: two all-gathers, a reduce-scatter
+    fsdp = traffic(record("torch-fsdp", "gpu", fsdp_reshard_after_forward=False), "vgg16", 32)
+    assert fsdp[1].passes == 2.0
+    # On CPU gloo runs a reduce-scatter as a whole all-reduce: no passes to fit with.
+    _, cpu = traffic(record("torch-fsdp", "cpu"), "vgg16", 32)
+    assert cpu.refused
+    refused = Series("torch-fsdp", "vgg16", 32, 4, "", 1, synthetic_series("ring", 0.0).cells,
+                     refused=cpu.refused)  # fmt: skip
+    with pytest.raises(PredictError, match="^not fitted: FSDP on CPU"):
+        best_fit(refused)
+
+
+def test_a_fit_with_three_passes_recovers_the_links_a_zero3_step_crossed():
+    # Records made with ZeRO-3's traffic, fitted with it: the same links back.
+    # Fitted as an all-reduce instead, the bandwidths would come out 2/3 of the truth.
+    exact = synthetic_series("ring", 0.0, framework="deepspeed", passes=3.0)
+    model, rms = best_fit(exact)
+    assert rms < 1e-9
+    np.testing.assert_allclose(model.parameters, TRUE, rtol=1e-6)
 
 
 def test_the_held_out_split_keeps_the_larger_cells_back():

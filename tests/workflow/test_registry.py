@@ -71,6 +71,14 @@ def test_a_declared_check_refuses_in_one_line_naming_the_flag():
                              collective_implementation="nccl", dataset="synthetic"))  # fmt: skip
     with pytest.raises(SettingsError, match="^--ddp-compression 'gzip' is unknown; choose one of"):
         validate(RunSettings(framework="torch-ddp", ddp_compression="gzip", dataset="synthetic"))
+    # A framework's own refusals, from its entry.
+    with pytest.raises(SettingsError, match="^--framework deepspeed: --precision fp16: DeepSpeed"):
+        validate(RunSettings(framework="deepspeed", precision="fp16", device="cpu",
+                             dataset="synthetic"))  # fmt: skip
+    with pytest.raises(SettingsError, match="^--framework torch-fsdp: --channels-last: FSDP2"):
+        validate(RunSettings(framework="torch-fsdp", channels_last=True, dataset="synthetic"))
+    on_gpu = RunSettings(framework="deepspeed", precision="fp16", device="gpu", dataset="synthetic")
+    assert validate(on_gpu) is on_gpu
 
 
 @pytest.mark.parametrize("spec", REGISTRY, ids=FRAMEWORKS)
