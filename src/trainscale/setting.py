@@ -6,7 +6,7 @@ the `trainscale train/run` flag (cli.py), the check of a value with its
 one-line message (settings.validate), the RunSettings field and its default
 (settings.py), and the study config schema's fragments for it: the
 `benchmark:` key, the grid's knob axis and the constraint clause's axis
-(study.config_schema). ReFrame's typed `variable(...)` with its doc comment
+(schema.config_schema). ReFrame's typed `variable(...)` with its doc comment
 is the model.
 
 Where a setting is declared says who reads it: the settings every framework

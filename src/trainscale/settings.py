@@ -4,7 +4,7 @@ Every setting is declared once (trainscale.setting): those every framework
 reads here, in SETTINGS; a knob only some frameworks read in their registry
 entries (or their launch kind). RunSettings, its defaults, `trainscale`'s
 flags (cli.py), the checks below and the study schema's fragments
-(study.config_schema) are all made from these declarations.
+(schema.config_schema) are all made from these declarations.
 
 This module imports no TensorFlow, so the launcher, the workflow and the tests
 can check settings in milliseconds. Every check names the command-line option

@@ -7,7 +7,8 @@ import pytest
 import yaml
 from conftest import REPO, snakemake, train_jobs
 
-from trainscale.study import ConfigError, check_config, check_schema, config_schema, validate_config
+from trainscale.schema import check_schema, config_schema, validate_config
+from trainscale.study import ConfigError, check_config
 
 SCHEMA = config_schema(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml"))
 

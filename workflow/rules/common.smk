@@ -18,15 +18,14 @@ from trainscale.study import (
     GridPoint,
     check_config,
     check_environments,
-    config_schema,
     job_shape,
     knob_axes,
     record_path,
     run_settings,
     slurm_resources,
     train_arguments,
-    validate_config,
 )
+from trainscale.schema import config_schema, validate_config
 from trainscale.registry import base_of, framework_spec, table_order
 from trainscale.study_folder import check_study_folder, save_study_config
 
