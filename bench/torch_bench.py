@@ -9,13 +9,18 @@ object on stdout. As bench/harness_bench.py does for TensorFlow:
 2. one replica through every torch framework's real launch path (a
    RANK/MASTER_PORT rank, mpirun: the registry's torch frameworks) against
    torch-single, whole `trainscale run` processes alternating;
-3. seconds from process start to the first timed step, per framework.
+3. seconds from process start to the first timed step, per framework;
+4. where a one-replica run's cost goes: each framework's step against
+   torch-single's in one process, interleaved, and the operators whose time
+   grew (bench/one_replica_step.py, a process per framework).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 
@@ -56,6 +61,16 @@ def plain_step(settings: RunSettings):
     return step
 
 
+def step_cost(framework: str) -> dict:
+    """bench/one_replica_step.py for `framework`, in a process of its own."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "one_replica_step.py")
+    print(f"bench: one-replica step of {framework}", file=sys.stderr, flush=True)
+    done = subprocess.run(
+        [sys.executable, script, framework], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
@@ -89,6 +104,7 @@ def main() -> None:
     # torch-single first: every ratio is against it.
     frameworks = tuple(spec.name for spec in REGISTRY if spec.ecosystem == "torch")
     results["one_replica"] = one_replica_each(synthetic, frameworks, work)
+    results["one_replica_step"] = {name: step_cost(name) for name in frameworks[1:]}
     results["settings"] = {"model": "vgg16/small_cnn", "batch_size": 32, "image_size": 32}
     results["settings"].update(measure)
     results["torch"] = torch.__version__
