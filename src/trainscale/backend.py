@@ -132,7 +132,9 @@ class Backend:
         return {}
 
     def peak_memory(self) -> dict:
-        """This process's peak: the GPU allocator's, else the peak RSS."""
+        """The peak memory of one replica of this process: on GPUs the
+        allocator's peak of its device (the largest, for several), on CPUs
+        the process's peak resident memory (which its replicas share)."""
         import resource
 
         rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -112,6 +112,15 @@ def table2(combined: pd.DataFrame, framework: str = "horovod") -> pd.DataFrame:
     return _per_panel(combined[combined["framework"] == framework], build)
 
 
+def read_knobs(combined: pd.DataFrame) -> list[str]:
+    """Each row's knobs that its framework reads: the panel's and its own (a
+    record's folder names every knob axis of the grid, read or not)."""
+    return [
+        join_knobs([*parse_knobs(panel), *parse_knobs(series.partition(" ")[2])])
+        for panel, series in zip(combined["panel_knobs"], combined["series"], strict=True)
+    ]
+
+
 def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
     columns = [
         "model",
@@ -128,6 +137,7 @@ def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
         "peak_memory_per_replica_mib",
         "status",
     ]
+    combined = combined.assign(knobs=read_knobs(combined))
     if _varies(combined, "knobs"):
         columns.insert(2, "knobs")
     frame = combined[columns].copy()

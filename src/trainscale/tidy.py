@@ -135,23 +135,12 @@ def record_row(study: str, path: str) -> dict:
         # peak is unknown (CPUs) or the record predates it.
         "achieved_tflops": record.get("achieved_tflops"),
         "mfu": record.get("mfu"),
-        "peak_memory_per_replica_mib": _peak_per_replica(record) / 2**20,
+        # Per replica (trainscale.training._record).
+        "peak_memory_per_replica_mib": (record.get("peak_memory_bytes") or math.nan) / 2**20,
         "source": record.get("source", "measured"),
         "settings_hash": record.get("settings_hash"),
         "record": path,
     }
-
-
-def _peak_per_replica(record: dict) -> float:
-    """The record's peak memory per replica, in bytes (NaN where it has none);
-    a record written before the field existed has only the largest process's
-    peak, which holds that process's replicas."""
-    if record.get("peak_memory_per_replica_bytes"):
-        return float(record["peak_memory_per_replica_bytes"])
-    peak = record.get("peak_memory_bytes")
-    if not peak or not record.get("processes"):
-        return math.nan
-    return float(peak) / max(1, record["replicas"] // record["processes"])
 
 
 def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:

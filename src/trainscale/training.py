@@ -180,7 +180,6 @@ def _record(
     settings, topology = backend.settings, backend.topology
     summary = blocks.summary()
     name = device_name(backend)
-    peaks = [(p["peak_memory"]["bytes"] or 0, p["replicas"]) for p in processes]
     return {
         **records.record_head(settings, "ok"),
         "replicas": topology.num_replicas,  # as the framework counted them
@@ -199,11 +198,10 @@ def _record(
         # seconds_to_first_timed_step: from process start (interpreter,
         # imports and rendezvous too), up to the first timed step.
         **measured,
-        # The largest over processes; per replica, that of the process with
-        # the most per replica (a process driving several replicas, as
-        # MirroredStrategy's, holds them all: its peak is split evenly).
-        "peak_memory_bytes": max(peak for peak, _ in peaks) or None,
-        "peak_memory_per_replica_bytes": max(peak // n for peak, n in peaks) or None,
+        # Per replica, the largest: on GPUs the allocator's peak of the device
+        # a replica runs on; on CPUs the peak of the process it runs in (the
+        # replicas MirroredStrategy puts in one process share its peak).
+        "peak_memory_bytes": max((p["peak_memory"]["bytes"] or 0) for p in processes) or None,
         "peak_memory_source": processes[0]["peak_memory"]["source"],
         "framework_config": backend.framework_config(),
         "source": "measured",

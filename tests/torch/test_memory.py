@@ -7,8 +7,8 @@ replica when every replica holds all of it; 2 replicas that shard it keep
 half, less what a block's gathered parameters take while it runs (VGG-16's
 largest, the 4096 x 4096 dense layer, is 67 MB in fp32). Each run trains one
 step of Adam in bf16, DeepSpeed's and FSDP2's own mixed precision (seed
-003's setting); the record's peak_memory_per_replica_bytes is each process's
-peak resident memory.
+003's setting); the record's peak_memory_bytes is the largest process's peak
+resident memory, one replica per process.
 
 In fp32 DeepSpeed's ZeRO-3 does not hold less here: it keeps an fp32 master
 copy of its partition beside the model's (fp32 too) and creates Adam's
@@ -50,7 +50,7 @@ def _peak_mib(tmp_path, framework, *options) -> float:
     record = load_json(output)
     assert record["peak_memory_source"] == "process peak RSS (CPU run)"
     assert record["trainable_parameters"] == 34_006_948  # counted before sharding
-    return record["peak_memory_per_replica_bytes"] / 2**20
+    return record["peak_memory_bytes"] / 2**20
 
 
 @pytest.mark.parametrize(("sharded", "whole"), PAIRS, ids=[p[0][0] for p in PAIRS])
