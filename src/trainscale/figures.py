@@ -100,7 +100,7 @@ def memory(combined: pd.DataFrame, paths: list[str], note=None):
     ylabel = "Peak memory per replica (MiB)"
     y = "peak_memory_per_replica_mib"
     fig, panels = plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, y, None)
-    title = "Peak memory per replica (GPU allocator's peak; on CPUs, peak resident memory)"
+    title = "Peak memory per replica\n(GPU allocator's peak; on CPUs, peak resident memory)"
     finish(fig, panels, paths, title, note)
 
 
