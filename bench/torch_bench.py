@@ -68,7 +68,8 @@ def step_cost(framework: str) -> dict:
     done = subprocess.run(
         [sys.executable, script, framework], capture_output=True, text=True, check=True
     )
-    return json.loads(done.stdout)
+    # The JSON is the last line: DeepSpeed logs to stdout while it initializes.
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
