@@ -83,7 +83,7 @@ def main() -> None:
         ((name, mine.get(name, 0.0) - theirs.get(name, 0.0)) for name in set(mine) | set(theirs)),
         key=lambda item: -item[1],
     )
-    print()  # the JSON on a line of its own, after whatever DeepSpeed logged
+    print()  # the JSON on one line of its own, after whatever DeepSpeed logged
     json.dump(
         {
             "framework": args.framework,
@@ -100,7 +100,6 @@ def main() -> None:
             "block_rates": rates,
         },
         sys.stdout,
-        indent=2,
     )
 
 
