@@ -302,6 +302,9 @@ def main() -> None:
     results = {
         "machine": machine(args.train_python),
         "command": " ".join(sys.argv),
+        # First: it takes a minute, and a failure here should not wait for
+        # the half hour of training benchmarks below.
+        "workflow": run_json([sys.executable, os.path.join(HERE, "workflow_bench.py")]),
         "harness": run_json(
             [
                 args.train_python,
@@ -323,7 +326,6 @@ def main() -> None:
             ]
         ),
         "cross_ecosystem": cross_ecosystem(args.train_python, args.torch_python, args.device),
-        "workflow": run_json([sys.executable, os.path.join(HERE, "workflow_bench.py")]),
     }
     if args.device == "gpu":
         # The GPU matrix (bench/device_matrix.py): 24 runs of VGG-16

@@ -34,7 +34,9 @@ def big_config(study: str, repeats: int) -> dict:
     return {
         "study": study,
         "reference": None,
-        "train_env": ".venv-train",
+        # The repository's own: the dry run runs in a copy of the workflow,
+        # and refuses a train_env that has no bin/trainscale (check_environments).
+        "train_env": os.path.join(REPO, ".venv-train"),
         "grid": {
             "framework": ["horovod", "tf-multiworker", "tf-mirrored", "tf-single"],
             "nodes": [1, 2, 4, 8, 16, 32, 64],
@@ -68,7 +70,7 @@ def run_measured(command: list[str], cwd: str) -> tuple[float, float, str]:
 
 
 def dry_run(work: str) -> dict:
-    for name in ("Snakefile", "workflow", "profiles", "src", "envs"):
+    for name in ("Snakefile", "workflow", "profiles", "src", "envs", "examples"):
         source = os.path.join(REPO, name)
         target = os.path.join(work, name)
         if os.path.isdir(source):
