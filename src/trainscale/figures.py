@@ -88,7 +88,13 @@ def frameworks(combined: pd.DataFrame, paths: list[str], note=None):
         "GPUs (one host)",
         THROUGHPUT,
     )
-    finish(fig, panels, paths, "Horovod vs TensorFlow on one host", note)
+    names = sorted(set(part["series"]), key=series_order)
+    title = (
+        " vs ".join(series_label(s) for s in names)
+        if len(names) <= 3
+        else f"{len(names)} frameworks"
+    )
+    finish(fig, panels, paths, f"{title} on one host", note)
 
 
 def memory(combined: pd.DataFrame, paths: list[str], note=None):

@@ -18,6 +18,9 @@ from trainscale.tables import PANEL  # noqa: E402
 from trainscale.tidy import series_label  # noqa: E402
 
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
+# seaborn's colorblind palette has pink, grey, yellow and light blue last,
+# too faint for a line on white: their dark versions take their places.
+PALETTE = sns.color_palette("colorblind", n_colors=6) + sns.color_palette("dark")[6:10]
 
 
 def panels_of(frame: pd.DataFrame):
@@ -70,7 +73,7 @@ def panels_of(frame: pd.DataFrame):
 def lines(ax, frame, x, hue, label, y="images_per_sec_mean", err="images_per_sec_std"):
     """One line per value of `hue`, in a fixed colour and marker per value."""
     markers = "osD^vP*X"
-    palette = sns.color_palette("colorblind", n_colors=10)
+    palette = PALETTE
     for key, part in sorted(frame.groupby(hue), key=lambda kv: kv[0]):
         part = part.sort_values(x)
         index = _colour_index.setdefault(label(key), len(_colour_index))

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import pandas as pd
+
+
+def decimals(mean: float, std: float) -> int:
+    """Decimals that show a spread's two leading digits (267.047 -> 0 decimals,
+    0.0213 -> 4), or three significant digits of a number with no spread."""
+    if not pd.isna(std) and std > 0:
+        return max(0, 1 - math.floor(math.log10(std)))
+    if mean == 0 or pd.isna(mean):
+        return 0
+    return max(0, 2 - math.floor(math.log10(abs(mean))))
 
 
 def _cell(mean, std, status=None) -> str:
     if mean is None or pd.isna(mean):
         # No number: say why (OOM, TIMEOUT, FAILED), or nothing outside the grid.
         return status.upper() if isinstance(status, str) and status != "ok" else ""
-    return f"{mean:.3f} ± {std:.3f}" if not pd.isna(std) else f"{mean:.3f}"
+    places = decimals(mean, std)
+    return f"{mean:.{places}f} ± {std:.{places}f}" if not pd.isna(std) else f"{mean:.{places}f}"
 
 
 def display_frame(table: pd.DataFrame, labels: dict[str, str] | None = None) -> pd.DataFrame:
@@ -31,8 +43,11 @@ def display_frame(table: pd.DataFrame, labels: dict[str, str] | None = None) -> 
                 for m, s, st in zip(table[column], table[stem + "_std"], statuses, strict=True)
             ]
         elif pd.api.types.is_float_dtype(table[column]):
+            # A column of whole numbers (epochs, say) that NaN made float.
+            whole = (table[column].dropna() % 1 == 0).all()
             shown[labels.get(column, column)] = [
-                "" if pd.isna(v) else f"{v:.3f}" for v in table[column]
+                "" if pd.isna(v) else f"{v:.0f}" if whole else f"{v:.{decimals(v, math.nan)}f}"
+                for v in table[column]
             ]
         else:
             shown[labels.get(column, column)] = [str(v) for v in table[column]]

@@ -111,9 +111,24 @@ def test_table_layouts_and_rendering():
     ]
     assert math.isnan(t2["n2_mean"][1])  # 2 nodes x 2 GPUs was not in the grid
     shown = display_frame(t2, {"n1": "1 node"})
-    assert list(shown["1 node"]) == ["100.000 ± 1.000", "190.000 ± 2.000"]
-    assert "| vgg16 | 64 | 2 | 190.000 ± 2.000 |  |" in to_markdown(shown, "T")
-    assert r"190.000 $\pm$ 2.000 &  \\" in to_latex(shown, "T")
+    assert list(shown["1 node"]) == ["100.0 ± 1.0", "190.0 ± 2.0"]
+    assert "| vgg16 | 64 | 2 | 190.0 ± 2.0 |  |" in to_markdown(shown, "T")
+    assert r"190.0 $\pm$ 2.0 &  \\" in to_latex(shown, "T")
+
+
+@pytest.mark.parametrize(
+    ("mean", "std", "shown"),
+    [
+        (1914.388, 267.047, "1914 ± 267"),  # the spread's two leading digits
+        (0.95123, 0.0213, "0.951 ± 0.021"),
+        (458.816, 2.550, "458.8 ± 2.5"),
+        (1914.388, 0.0, "1914 ± 0"),  # no spread: three significant digits
+        (0.012345, math.nan, "0.0123"),
+    ],
+)
+def test_a_cell_shows_as_many_digits_as_its_spread_supports(mean, std, shown):
+    table = pd.DataFrame({"x_mean": [mean], "x_std": [std]})
+    assert display_frame(table)["x"].tolist() == [shown]
 
 
 def test_a_point_that_ran_out_of_memory_says_so_in_its_cell():
@@ -128,7 +143,7 @@ def test_a_point_that_ran_out_of_memory_says_so_in_its_cell():
     combined = combine_repeats(tidy)
     assert len(combined) == 3
     shown = display_frame(table2(combined, "horovod"))
-    assert list(shown["n1"]) == ["100.000 ± 1.000", "OOM"]
+    assert list(shown["n1"]) == ["100.0 ± 1.0", "OOM"]
     assert list(shown["n2"]) == ["OOM/TIMEOUT", ""]  # 2 nodes x 2 GPUs: not in the grid
 
 
