@@ -42,7 +42,7 @@ MODEL_MIN_IMAGE_SIZE = {
 MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
 # The models defined for torch too, as the same networks (trainscale.torch_models);
 # the torch frameworks refuse the others.
-TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "small_cnn")
+TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn")
 NUM_CLASSES = {"cifar100": 100, "synthetic": 100}
 
 # The grid point: the study's grid sets these, not its `benchmark:` keys.

@@ -14,14 +14,18 @@ every image size (tests/torch/test_models.py holds them to the Keras counts):
   its first 1x1 convolution, biases on every convolution); torchvision's is
   v1.5 (stride on the 3x3, no biases). This is v1, with Keras's batch-norm
   epsilon (1.001e-5) and momentum (0.99, which torch calls 0.01).
+- mobilenet_v2: Keras's (alpha 1.0): its batch norm (epsilon 1e-3, momentum
+  0.999), no convolution biases, and TensorFlow's "same" padding of a
+  stride-2 convolution, which pads one more row and column after than before
+  on an even input (torch pads evenly, so _PadSame does it).
 - small_cnn: seed 003's network (trainscale.models._small_cnn).
 
 Weights start as Keras starts them (Glorot-uniform kernels, zero biases), so
 the training dynamics match too. Flatten orders differ (Keras flattens height,
 width, channel; torch channel first): the same function class, permuted.
 
-inception_v3 and mobilenet_v2 are not defined here: the settings refuse them
-for the torch frameworks (settings.TORCH_MODELS).
+inception_v3 is not defined here: the settings refuse it for the torch
+frameworks (settings.TORCH_MODELS).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ VGG_BLOCKS = {
 }
 RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # filters, blocks, stride
 KERAS_BATCH_NORM = {"eps": 1.001e-5, "momentum": 0.01}
+# Keras's MobileNetV2: (expansion, filters, blocks, first stride) per stage.
+MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))  # fmt: skip
+MOBILENET_BATCH_NORM = {"eps": 1e-3, "momentum": 0.001}
 
 
 def _vgg(blocks, image_size: int, num_classes: int, channels: int) -> nn.Sequential:
@@ -107,6 +115,61 @@ def _resnet50(image_size: int, num_classes: int, channels: int) -> nn.Sequential
     return nn.Sequential(*layers)
 
 
+class _PadSame(nn.Module):
+    """TensorFlow's "same" padding for a stride-2 3x3 window: the extra row
+    and column go after (Keras's correct_pad, and Conv2D's padding="same")."""
+
+    def forward(self, x):
+        pads = []
+        for side in (x.shape[-1], x.shape[-2]):  # F.pad's order: width, then height
+            total = max((-(-side // 2) - 1) * 2 + 3 - side, 0)
+            pads += [total // 2, total - total // 2]
+        return nn.functional.pad(x, pads)
+
+
+def _conv_bn(channels: int, out: int, kernel: int, stride: int = 1, groups: int = 1,
+             relu6: bool = True) -> list[nn.Module]:  # fmt: skip
+    padding = 1 if kernel == 3 and stride == 1 else 0
+    layers = [_PadSame()] if stride == 2 else []
+    layers += [
+        nn.Conv2d(channels, out, kernel, stride, padding, groups=groups, bias=False),
+        nn.BatchNorm2d(out, **MOBILENET_BATCH_NORM),
+    ]
+    return layers + [nn.ReLU6(inplace=True)] if relu6 else layers
+
+
+class _InvertedResidual(nn.Module):
+    """Keras's _inverted_res_block: expand 1x1 (not in the first), depthwise
+    3x3, project 1x1; added to its input where the shapes allow."""
+
+    def __init__(self, channels: int, filters: int, stride: int, expansion: int):
+        super().__init__()
+        hidden = channels * expansion
+        expand = _conv_bn(channels, hidden, 1) if expansion != 1 else []
+        self.body = nn.Sequential(
+            *expand,
+            *_conv_bn(hidden, hidden, 3, stride, groups=hidden),
+            *_conv_bn(hidden, filters, 1, relu6=False),
+        )
+        self.residual = channels == filters and stride == 1
+
+    def forward(self, x):
+        return x + self.body(x) if self.residual else self.body(x)
+
+
+def _mobilenet_v2(image_size: int, num_classes: int, channels: int) -> nn.Sequential:
+    layers = _conv_bn(channels, 32, 3, stride=2)
+    channels = 32
+    for expansion, filters, blocks, stride in MOBILENET_V2_STAGES:
+        for block in range(blocks):
+            layers.append(_InvertedResidual(channels, filters, stride if block == 0 else 1,
+                                            expansion))  # fmt: skip
+            channels = filters
+    layers += _conv_bn(channels, 1280, 1)
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, num_classes)]
+    return nn.Sequential(*layers)
+
+
 def _small_cnn(image_size: int, num_classes: int, channels: int) -> nn.Sequential:
     side = ((image_size - 4) // 2 - 4) // 2
     return nn.Sequential(
@@ -129,6 +192,7 @@ _BUILDERS = {
     "vgg16": lambda *shape: _vgg(VGG_BLOCKS["vgg16"], *shape),
     "vgg19": lambda *shape: _vgg(VGG_BLOCKS["vgg19"], *shape),
     "resnet50": _resnet50,
+    "mobilenet_v2": _mobilenet_v2,
     "small_cnn": _small_cnn,
 }
 assert set(_BUILDERS) == set(TORCH_MODELS), "settings.TORCH_MODELS and torch_models disagree"
@@ -137,7 +201,8 @@ assert set(_BUILDERS) == set(TORCH_MODELS), "settings.TORCH_MODELS and torch_mod
 def _keras_initialisation(module: nn.Module) -> None:
     if isinstance(module, (nn.Conv2d, nn.Linear)):
         nn.init.xavier_uniform_(module.weight)
-        nn.init.zeros_(module.bias)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
 
 
 def build_torch_model(name: str, image_size: int, num_classes: int, channels: int = 3):

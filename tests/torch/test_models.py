@@ -82,3 +82,13 @@ def test_a_model_without_a_torch_twin_is_refused_for_torch(name):
     with pytest.raises(SettingsError, match=f"--model {name} is not defined for torch"):
         validate(settings)
     validate(RunSettings(framework="horovod", model=name, image_size=299, dataset="synthetic"))
+
+
+def test_small_cnn_on_mnist_is_seed_003s_table_layer_by_layer():
+    # The seed's table (conv1 260, conv2 5.0K, fc1 16.1K, fc2 510: 21.8K), which
+    # tests/harness/test_models.py holds Keras's to as well: equal across ecosystems.
+    model = build_torch_model("small_cnn", 28, 10, channels=1)
+    layers = [m for m in model if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    counts = [sum(p.numel() for p in layer.parameters()) for layer in layers]
+    assert counts == [260, 5_020, 16_050, 510]
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
