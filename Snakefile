@@ -31,6 +31,7 @@ include: "workflow/rules/refactoring.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/predict.smk"
 include: "workflow/rules/plan.smk"
+include: "workflow/rules/accuracy.smk"
 
 
 onstart:

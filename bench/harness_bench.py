@@ -32,7 +32,8 @@ from common import (  # noqa: E402
 )
 
 from trainscale.backend import Topology  # noqa: E402
-from trainscale.data import cifar100_dataset, generate_cifar100, load_cifar100  # noqa: E402
+from trainscale.data import image_dataset  # noqa: E402
+from trainscale.datasets import generate_cifar100, load_dataset  # noqa: E402
 from trainscale.frameworks import create_framework  # noqa: E402
 from trainscale.models import build_model  # noqa: E402
 from trainscale.registry import REGISTRY  # noqa: E402
@@ -69,8 +70,8 @@ def keras_step(settings: RunSettings):
 
 def pipeline_rate(data_dir: str, batch_size: int, batches: int = 300) -> float:
     """images/sec the CIFAR-100 input pipeline alone delivers (augmentation on)."""
-    images, labels = load_cifar100(data_dir)
-    dataset = cifar100_dataset(
+    images, labels = load_dataset("cifar100", data_dir)
+    dataset = image_dataset(
         images, labels, shard_index=0, num_shards=1, batch_size=batch_size, seed=1, augment=True
     )
     iterator = iter(dataset)

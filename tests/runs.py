@@ -68,7 +68,7 @@ def load_json(path) -> dict:
 
 def make_cifar_dir(root) -> str:
     """A small data set in the real cifar-100-python format (the folder form)."""
-    from trainscale.data import generate_cifar100
+    from trainscale.datasets import generate_cifar100
 
     generate_cifar100(str(root), num_images=256, seed=7)
     return str(root)

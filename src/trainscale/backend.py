@@ -95,6 +95,23 @@ class Backend:
     def after_first_step(self) -> None:
         """Called once, after the first warm-up step (Horovod-TF broadcasts there)."""
 
+    # -- accuracy mode (trainscale.accuracy) --------------------------------
+
+    # Examples in the training split, set by prepare() (0: synthetic data).
+    train_examples = 0
+
+    def compile_untouched(self) -> None:
+        """Compile the training and evaluation steps without touching any data,
+        before the clock starts (default: nothing to compile)."""
+
+    def set_learning_rate(self, rate: float) -> None:
+        raise NotImplementedError
+
+    def evaluate(self) -> np.ndarray:
+        """This process's share of the test split (accuracy.evaluation_shard),
+        with the model in inference mode: [summed loss, correct, examples]."""
+        raise NotImplementedError
+
     def read_loss(self, loss) -> float:
         return float(loss)
 

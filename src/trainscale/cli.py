@@ -21,6 +21,7 @@ from trainscale.settings import (
     RunSettings,
     SettingsError,
     all_settings,
+    check_data_files,
     validate,
     validate_options,
     with_global_batch,
@@ -293,6 +294,7 @@ def _run(settings: RunSettings, options: RunOptions) -> int:
         f"trainscale-{settings.framework}-{settings.model}-n{settings.nodes}"
         f"g{settings.gpus_per_node}-b{settings.batch_size}.json"
     )
+    check_data_files(settings)
     result = launch(settings, dataclasses.replace(options, output=output))
     code = result.code
     outcome = None

@@ -64,14 +64,16 @@ def peak_tflops(device_name: str | None, precision: str) -> float | None:
 
 
 @functools.lru_cache(maxsize=None)  # functools.cache is 3.9+
-def forward_flops_per_image(model_name: str, image_size: int, num_classes: int) -> int:
+def forward_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
     """FLOPs of one forward pass of one image, counted from the Keras model's graph."""
     import tensorflow as tf
 
     from trainscale.models import build_model
 
-    model = build_model(model_name, image_size, num_classes)
-    spec = tf.TensorSpec([1, image_size, image_size, 3], tf.float32)
+    model = build_model(model_name, image_size, num_classes, channels)
+    spec = tf.TensorSpec([1, image_size, image_size, channels], tf.float32)
     # The traced forward pass: every op with static shapes, the weights as
     # variable reads (their shapes are all the count needs).
     graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
@@ -86,8 +88,11 @@ def forward_flops_per_image(model_name: str, image_size: int, num_classes: int) 
     return int(profile.total_float_ops)
 
 
-def training_flops_per_image(model_name: str, image_size: int, num_classes: int) -> int:
-    return TRAINING_OVER_FORWARD * forward_flops_per_image(model_name, image_size, num_classes)
+def training_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
+    forward = forward_flops_per_image(model_name, image_size, num_classes, channels)
+    return TRAINING_OVER_FORWARD * forward
 
 
 def utilisation(

@@ -166,7 +166,7 @@ class Horovod(Framework):
         # optimizer has created its slot variables, so every rank continues
         # from rank 0's exact state.
         self.hvd.broadcast_variables(_traceable(model.variables), root_rank=0)
-        self.hvd.broadcast_variables(_optimizer_variables(optimizer), root_rank=0)
+        self.hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
 
     def gather_rows(self, row: np.ndarray) -> np.ndarray:
         import tensorflow as tf
@@ -175,7 +175,7 @@ class Horovod(Framework):
         return self.hvd.allgather(tf.constant(row)).numpy()
 
 
-def _optimizer_variables(optimizer) -> list:
+def optimizer_variables(optimizer) -> list:
     """The optimizer's state (slots, step count), to broadcast.
 
     `variables` is a method of Keras's legacy optimizers and a property of the

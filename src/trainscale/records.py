@@ -130,6 +130,9 @@ def record_head(settings, status: str) -> dict:
         "model": settings.model,
         "dataset": settings.dataset,
         "image_size": settings.image_size,
+        # Grayscale data meet a one-channel stem (trainscale.datasets).
+        "input_channels": settings.input_channels,
+        "augmentation": settings.augmentation,
         "batch_size": settings.batch_size,
         "global_batch_size": settings.global_batch_size,
         "device": settings.device,

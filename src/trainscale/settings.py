@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 
+from trainscale.datasets import DATASETS
 from trainscale.registry import (
     FRAMEWORKS,
     REGISTRY,
@@ -43,7 +44,18 @@ MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
 # The models defined for torch too, as the same networks (trainscale.torch_models);
 # the torch frameworks refuse the others.
 TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn")
-NUM_CLASSES = {"cifar100": 100, "synthetic": 100}
+
+
+def _check_mode(s) -> str:
+    if s.mode != "accuracy":
+        return ""
+    if DATASETS[s.dataset].release is None:
+        return f"--mode accuracy needs a test split: --dataset {s.dataset} has none"
+    if s.compile:
+        # torch.compile compiles on the first training step, on the clock.
+        return "--mode accuracy does not run with --compile (it would compile on the clock)"
+    return ""
+
 
 # The grid point: the study's grid sets these, not its `benchmark:` keys.
 _POINT = dict(in_study=False, group="grid point", minimum=1)
@@ -59,14 +71,15 @@ SETTINGS = (
     Setting("batch_size", int, 64, "per replica (weak scaling, the paper's setting)", **_POINT),
     Setting("image_size", int, 224, "input side (each model has its minimum)",
             minimum=1, group="data and device"),
-    Setting("dataset", str, "cifar100", "cifar100 (--data-dir), or synthetic",
-            choices=tuple(NUM_CLASSES), group="data and device"),
-    Setting("data_dir", str, "data", "holds cifar-100-python/ or cifar-100-python.tar.gz",
+    Setting("dataset", str, "cifar100", "read from --data-dir (trainscale.datasets), "
+            "or synthetic", choices=tuple(DATASETS), group="data and device"),
+    Setting("data_dir", str, "data", "holds the data set's release (e.g. "
+            "cifar-100-python.tar.gz, or MNIST's IDX files)",
             group="data and device", pattern="^[A-Za-z0-9_./-]+$"),
     Setting("device", str, "gpu", "one replica per GPU, or per CPU share",
             choices=("gpu", "cpu"), group="data and device"),
-    Setting("augment", bool, True, "pad-4 random crop and flip (CIFAR-100)",
-            group="data and device"),
+    Setting("augment", bool, True, "the data set's augmentation: pad-4 random crop and "
+            "flip for CIFAR; the MNIST family has none", group="data and device"),
     # The first step is never timed: Horovod broadcasts rank 0's variables
     # after it, and every framework traces its step function on it.
     Setting("warmup_steps", int, 10, "untimed steps first (at least 1: tracing, broadcast)",
@@ -79,6 +92,24 @@ SETTINGS = (
             "stop timing blocks once they have taken this long (at least 2, at most "
             "--iterations); 0: time exactly --iterations blocks",
             minimum=0, group="measurement", metavar="SECONDS"),
+    # Accuracy mode (trainscale.accuracy says what is on the clock).
+    Setting("mode", str, "throughput", "throughput: timed blocks of steps; accuracy: "
+            "epochs until --target-accuracy on the test split",
+            choices=("throughput", "accuracy"), group="accuracy", check=_check_mode),
+    Setting("epochs", int, 10, "accuracy mode: the most epochs to train",
+            minimum=1, group="accuracy"),
+    Setting("target_accuracy", float, 0.0, "accuracy mode: stop at this test accuracy "
+            "(a fraction); 0: no target, train every epoch", minimum=0, group="accuracy",
+            check=lambda s: "--target-accuracy is a fraction: at most 1"
+            if s.target_accuracy > 1 else ""),
+    Setting("lr_scaling", str, "none", "scale the learning rate with the replicas "
+            "(Goyal et al.): none, linear or sqrt", choices=("none", "linear", "sqrt"),
+            group="accuracy"),
+    Setting("warmup_epochs", float, 0.0, "ramp from the learning rate to the scaled one "
+            "over these epochs", minimum=0, group="accuracy",
+            check=lambda s: "--warmup-epochs needs --lr-scaling linear or sqrt: with none "
+            "there is nothing to warm up to" if s.warmup_epochs and s.lr_scaling == "none"
+            else ""),
     Setting("seed", int, 1234, "weights, data order, augmentation",
             minimum=0, group="measurement"),
     Setting("optimizer", str, "adam", "adam or sgd", choices=("adam", "sgd")),
@@ -154,7 +185,17 @@ class _RunSettings:
 
     @property
     def num_classes(self) -> int:
-        return NUM_CLASSES[self.dataset]
+        return DATASETS[self.dataset].num_classes
+
+    @property
+    def input_channels(self) -> int:
+        """1 for a grayscale data set: the model's stem takes one channel."""
+        return DATASETS[self.dataset].channels
+
+    @property
+    def augmentation(self) -> str:
+        """What --augment does on this data set: its own augmentation, or none."""
+        return DATASETS[self.dataset].augmentation if self.augment else "none"
 
     def processes_per_node(self) -> int:
         """How many OS processes one node runs (the framework's launch kind)."""
@@ -279,16 +320,31 @@ def validate(settings, *, check_data: bool = True):
     refused = spec.check(s) if spec.check else ""
     if refused:
         raise SettingsError(f"--framework {s.framework}: {refused}")
-    if check_data and s.dataset == "cifar100":
-        # data.py reads files and knows nothing of settings: its error, which
-        # names --data-dir, becomes a settings error here.
-        from trainscale.data import DataError, find_cifar100
+    if check_data and DATASETS[s.dataset].release is not None:
+        # datasets.py reads files and knows nothing of settings: its error,
+        # which names --data-dir, becomes a settings error here.
+        from trainscale.datasets import DataError
 
         try:
-            find_cifar100(s.data_dir)
+            DATASETS[s.dataset].find(s.data_dir)
         except DataError as err:
             raise SettingsError(str(err)) from None
     return s
+
+
+def check_data_files(s) -> None:
+    """Read the run's data once, whole, before any process starts: a bad file
+    is the input's fault, not the grid point's, so it is refused here in one
+    line naming the file, and no record is written."""
+    dataset = DATASETS[s.dataset]
+    if dataset.release is None:
+        return
+    from trainscale.datasets import DataError
+
+    try:
+        dataset.load(s.data_dir, "train")
+    except DataError as err:
+        raise SettingsError(str(err)) from None
 
 
 def validate_options(options) -> None:

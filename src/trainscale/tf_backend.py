@@ -10,10 +10,12 @@ import os
 
 import numpy as np
 
+from trainscale.accuracy import evaluation_shard
 from trainscale.backend import Backend, horovod_versions
-from trainscale.data import cifar100_dataset, load_cifar100, prepare_images, synthetic_dataset
+from trainscale.data import image_dataset, prepare_images, synthetic_dataset
+from trainscale.datasets import DATASETS
 from trainscale.flops import training_flops_per_image
-from trainscale.frameworks import create_framework
+from trainscale.frameworks import create_framework, optimizer_variables
 from trainscale.models import build_model
 from trainscale.settings import RunSettings
 
@@ -34,20 +36,22 @@ def make_optimizer(settings: RunSettings):
     return optimizer
 
 
-def make_dataset_fn(settings: RunSettings):
-    """dataset_fn(shard_index, num_shards, per_replica_batch) for Framework.make_iterator."""
-    if settings.dataset == "cifar100":
-        images, labels = load_cifar100(settings.data_dir)
+def make_dataset_fn(settings: RunSettings, train=None):
+    """dataset_fn(shard_index, num_shards, per_replica_batch) for Framework.make_iterator,
+    over the training split (`train`: (images, labels), read here if not given)."""
+    dataset = DATASETS[settings.dataset]
+    if dataset.release is not None:
+        images, labels = train or dataset.load(settings.data_dir)
 
         def dataset_fn(shard_index, num_shards, batch_size):
-            return cifar100_dataset(
+            return image_dataset(
                 images,
                 labels,
                 shard_index=shard_index,
                 num_shards=num_shards,
                 batch_size=batch_size,
                 seed=settings.seed,
-                augment=settings.augment,
+                augment=settings.augmentation != "none",
             )
 
     else:
@@ -83,7 +87,7 @@ def build_train_step(framework, model, optimizer, settings: RunSettings):
     compute_dtype = model.compute_dtype
 
     def replica_step(images, labels):
-        images = prepare_images(images, settings.image_size, compute_dtype)
+        images = prepare_images(images, settings.image_size, compute_dtype, settings.dataset)
         with tf.GradientTape() as tape:
             logits = tf.cast(model(images, training=True), tf.float32)
             loss = tf.nn.compute_average_loss(
@@ -108,6 +112,46 @@ def build_train_step(framework, model, optimizer, settings: RunSettings):
     return train_step
 
 
+def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
+    """This process's test shard in equal batches, and the step that scores one:
+    (summed loss, correct, examples), in inference mode (dropout off, batch
+    norm's moving statistics). Called outside the strategy's replica context:
+    one process evaluates its shard on its own, with no collective."""
+    import tensorflow as tf
+
+    settings, topology = backend.settings, backend.topology
+    batch = settings.batch_size * topology.replicas_in_process
+    indices, weights = evaluation_shard(
+        len(images), topology.process_index, topology.num_processes, batch
+    )
+    batches = [
+        (
+            tf.constant(images[indices[i : i + batch]]),
+            tf.constant(labels[indices[i : i + batch]]),
+            tf.constant(weights[i : i + batch]),
+        )
+        for i in range(0, len(indices), batch)
+    ]
+    model = backend.model
+    loss_per_example = tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+    )
+
+    @tf.function
+    def eval_step(images, labels, weights):
+        inputs = prepare_images(images, settings.image_size, model.compute_dtype, settings.dataset)
+        logits = tf.cast(model(inputs, training=False), tf.float32)
+        correct = tf.cast(tf.argmax(logits, axis=1, output_type=tf.int32) == labels, tf.float32)
+        losses = loss_per_example(labels, logits)
+        return (
+            tf.reduce_sum(losses * weights),
+            tf.reduce_sum(correct * weights),
+            tf.reduce_sum(weights),
+        )
+
+    return batches, eval_step
+
+
 class TensorFlowBackend(Backend):
     def prepare(self) -> None:
         settings = self.settings
@@ -128,10 +172,51 @@ class TensorFlowBackend(Backend):
         tf.keras.mixed_precision.set_global_policy(_POLICIES[settings.precision])
         tf.keras.utils.set_random_seed(settings.seed)
         with framework.scope():
-            self.model = build_model(settings.model, settings.image_size, settings.num_classes)
+            self.model = build_model(
+                settings.model, settings.image_size, settings.num_classes, settings.input_channels
+            )
             self.optimizer = make_optimizer(settings)
-        self.iterator = framework.make_iterator(make_dataset_fn(settings))
+        dataset = DATASETS[settings.dataset]
+        train = dataset.load(settings.data_dir) if dataset.release else None
+        self.train_examples = len(train[0]) if train else 0
+        if train:  # one global batch of its shapes (compile_untouched)
+            self.train_like = tuple(part[: settings.global_batch_size] for part in train)
+        self.iterator = framework.make_iterator(make_dataset_fn(settings, train))
         self.train_step = build_train_step(framework, self.model, self.optimizer, settings)
+        if settings.mode == "accuracy":
+            test = dataset.load(settings.data_dir, "test")
+            self.test_batches, self.eval_step = build_evaluation(self, *test)
+
+    def compile_untouched(self) -> None:
+        # A traced step's first call also optimises and instantiates its graph
+        # (and Horovod sets up its collectives and broadcasts): a second or
+        # more that is not training. It runs here, on zero images of the
+        # data's shapes, then the model and optimizer are put back as they
+        # were: no data is touched and nothing is learned before the clock.
+        import tensorflow as tf
+
+        with self.framework.scope():
+            self.optimizer.build(self.model.trainable_variables)
+        state = list(self.model.variables) + optimizer_variables(self.optimizer)
+        saved = [variable.numpy() for variable in state]
+        images, labels = self.train_like
+        zeros = (np.zeros_like(images), np.zeros_like(labels))
+        step_zeros = make_dataset_fn(self.settings, zeros)
+        self.read_loss(self.train_step(self.framework.make_iterator(step_zeros)))
+        for variable, value in zip(state, saved):
+            variable.assign(value)
+        self.after_first_step()  # Horovod: every rank from rank 0's state
+        for value in self.eval_step(*(tf.zeros_like(part) for part in self.test_batches[0])):
+            float(value)
+
+    def set_learning_rate(self, rate: float) -> None:
+        self.optimizer.learning_rate.assign(rate)
+
+    def evaluate(self) -> np.ndarray:
+        totals = np.zeros(3)
+        for batch in self.test_batches:
+            totals += [float(value) for value in self.eval_step(*batch)]
+        return totals
 
     @property
     def loss_is_global(self) -> bool:
@@ -172,7 +257,7 @@ class TensorFlowBackend(Backend):
 
     def training_flops_per_image(self) -> int:
         s = self.settings
-        return training_flops_per_image(s.model, s.image_size, s.num_classes)
+        return training_flops_per_image(s.model, s.image_size, s.num_classes, s.input_channels)
 
     def software_versions(self) -> dict:
         import keras

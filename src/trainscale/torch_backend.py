@@ -33,14 +33,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainscale.accuracy import evaluation_shard
 from trainscale.backend import Backend, DeviceError, horovod_versions
-from trainscale.data import (
-    CIFAR100_MEAN,
-    CIFAR100_STD,
-    load_cifar100,
-    numpy_batches,
-    synthetic_batch,
-)
+from trainscale.data import numpy_batches, synthetic_batch
+from trainscale.datasets import DATASETS
 from trainscale.flops import TRAINING_OVER_FORWARD
 from trainscale.settings import local_cpu_count
 from trainscale.torch_models import build_torch_model
@@ -98,7 +94,8 @@ class TorchBackend(Backend):
             )
         torch.manual_seed(s.seed)  # the same initial weights in every process
         self.memory_format = torch.channels_last if s.channels_last else torch.contiguous_format
-        module = build_torch_model(s.model, s.image_size, s.num_classes).to(self.device)
+        module = build_torch_model(s.model, s.image_size, s.num_classes, s.input_channels)
+        module = module.to(self.device)
         self.module = module.to(memory_format=self.memory_format)
         self.parameter_count = sum(p.numel() for p in module.parameters() if p.requires_grad)
         model, self.optimizer = self.build(self.module)
@@ -107,7 +104,12 @@ class TorchBackend(Backend):
         # float16 gradients underflow without loss scaling; bfloat16 needs none.
         fp16 = s.precision == "fp16" and not self.scales_fp16_loss
         self.scaler = torch.amp.GradScaler(self.device.type) if fp16 else None
-        self.batches = self._batches()
+        dataset = DATASETS[s.dataset]
+        train = dataset.load(s.data_dir) if dataset.release else None
+        self.train_examples = len(train[0]) if train else 0
+        self.batches = self._batches(train)
+        if s.mode == "accuracy":
+            self.test_batches = self._test_batches(*dataset.load(s.data_dir, "test"))
 
     def _take_device(self, processes_on_node: int) -> None:
         if self.settings.device == "cpu":
@@ -135,10 +137,10 @@ class TorchBackend(Backend):
             return torch.optim.Adam(parameters, lr=s.learning_rate, eps=1e-7)
         return torch.optim.SGD(parameters, lr=s.learning_rate)
 
-    def _batches(self):
+    def _batches(self, train):
         """Model-ready (images, labels) on the device, one pair per step, for ever."""
         s = self.settings
-        if s.dataset == "synthetic":
+        if train is None:  # synthetic
             images, labels = synthetic_batch(
                 shard_index=self.topology.process_index,
                 batch_size=s.batch_size,
@@ -154,26 +156,63 @@ class TorchBackend(Backend):
                 images, labels = images.pin_memory(), labels.pin_memory()
             while True:
                 yield images.to(self.device, non_blocking=True), labels.to(self.device)
-        images, labels = load_cifar100(s.data_dir)
         for image_batch, label_batch in numpy_batches(
-            images,
-            labels,
+            *train,
             shard_index=self.topology.process_index,
             num_shards=self.topology.num_processes,
             batch_size=s.batch_size,
             seed=s.seed,
-            augment=s.augment,
+            augment=s.augmentation != "none",
         ):
-            # uint8 at 32x32 crosses to the device; normalising and resizing
+            # uint8 at its native size crosses to the device; normalising and resizing
             # happen there, as in TensorFlow's step.
             on_device = torch.from_numpy(image_batch).to(self.device, non_blocking=True)
             yield self.prepare_images(on_device), torch.from_numpy(label_batch).to(self.device)
 
+    def _test_batches(self, images: np.ndarray, labels: np.ndarray) -> list:
+        """This process's test shard in equal batches (uint8 images, labels, weights)."""
+        batch = self.settings.batch_size
+        topology = self.topology
+        indices, weights = evaluation_shard(
+            len(images), topology.process_index, topology.num_processes, batch
+        )
+        return [
+            (
+                torch.from_numpy(images[indices[i : i + batch]]),
+                torch.from_numpy(labels[indices[i : i + batch]]).long(),
+                torch.from_numpy(weights[i : i + batch]),
+            )
+            for i in range(0, len(indices), batch)
+        ]
+
+    def set_learning_rate(self, rate: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+
+    def evaluate(self) -> np.ndarray:
+        self.model.eval()  # dropout off, batch norm's running statistics
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        with torch.no_grad():
+            for images, labels, weights in self.test_batches:
+                images = self.prepare_images(images.to(self.device))
+                labels, weights = labels.to(self.device), weights.to(self.device)
+                if self.autocast is None:
+                    logits = self.model(images).float()
+                else:
+                    with torch.autocast(self.device.type, self.autocast):
+                        logits = self.model(images).float()
+                losses = F.cross_entropy(logits, labels, reduction="none")
+                correct = (logits.argmax(dim=1) == labels).float()
+                totals += torch.stack([losses @ weights, correct @ weights, weights.sum()])
+        self.model.train()
+        return totals.cpu().numpy()
+
     def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
         """As data.prepare_images: uint8 -> normalised float, NHWC -> NCHW, resized."""
         if images.dtype == torch.uint8:
-            mean = torch.tensor(CIFAR100_MEAN, device=images.device)
-            std = torch.tensor(CIFAR100_STD, device=images.device)
+            dataset = DATASETS[self.settings.dataset]
+            mean = torch.tensor(dataset.mean, device=images.device)
+            std = torch.tensor(dataset.std, device=images.device)
             images = (images.float() / 255.0 - mean) / std
         images = images.permute(0, 3, 1, 2)
         size = self.settings.image_size
@@ -225,7 +264,7 @@ class TorchBackend(Backend):
     def training_flops_per_image(self) -> int:
         s = self.settings
         return TRAINING_OVER_FORWARD * torch_forward_flops_per_image(
-            s.model, s.image_size, s.num_classes
+            s.model, s.image_size, s.num_classes, s.input_channels
         )
 
     def software_versions(self) -> dict:
@@ -238,14 +277,16 @@ class TorchBackend(Backend):
         }
 
 
-def torch_forward_flops_per_image(model_name: str, image_size: int, num_classes: int) -> int:
+def torch_forward_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
     """FLOPs of one forward pass of one image, as torch's FlopCounterMode counts them:
     convolutions and matrix products (2 per multiply-add), on shapes only (meta device)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):
-        model = build_torch_model(model_name, image_size, num_classes).eval()
-        images = torch.empty(1, 3, image_size, image_size)
+        model = build_torch_model(model_name, image_size, num_classes, channels).eval()
+        images = torch.empty(1, channels, image_size, image_size)
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
         model(images)

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from trainscale import records
+from trainscale.accuracy import learning_rate, peak_learning_rate, time_to_target
 from trainscale.backend import Backend, require_cuda_devices
 from trainscale.flops import utilisation
 from trainscale.registry import framework_spec
@@ -88,12 +89,19 @@ def train(settings: RunSettings, options: RunOptions | None = None):
     try:
         backend.prepare()
         initial_weights = backend.trainable_weights() if options.save_weights else None
-        loss_value = _warm_up(backend)
+        if settings.mode == "accuracy":
+            backend.compile_untouched()
+        else:
+            loss_value = _warm_up(backend)
         timing = {
             "startup_seconds": clock.elapsed(),
             "seconds_to_first_timed_step": process_age(),
         }
-        blocks, loss_value = _timed_blocks(backend, loss_value)
+        if settings.mode == "accuracy":
+            blocks, measured = _epochs(backend)
+        else:
+            blocks, loss_value = _timed_blocks(backend, loss_value)
+            measured = {"final_loss": loss_value}
         # Before the weights are gathered (a sharded framework's whole weights
         # would count in its peak memory).
         description = process_description(backend)
@@ -106,7 +114,7 @@ def train(settings: RunSettings, options: RunOptions | None = None):
     if not backend.topology.is_chief:
         backend.close()
         return None
-    record = _record(backend, blocks, processes, {**timing, "final_loss": loss_value}, started_at)
+    record = _record(backend, blocks, processes, {**timing, **measured}, started_at)
     if options.output:
         records.atomic_write_json(options.output, record)
     if options.save_weights:
@@ -171,6 +179,79 @@ def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, floa
         if budget.done_after(float(gathered[:, 2].max())):
             break
     return blocks, loss_value
+
+
+def _epochs(backend: Backend) -> tuple[BlockTimes, dict]:
+    """Accuracy mode: train epoch by epoch, evaluating on the test split at
+    each epoch's end, until the target or --epochs (trainscale.accuracy)."""
+    s, topology = backend.settings, backend.topology
+    steps = backend.train_examples // s.global_batch_size
+    if steps < 1:
+        raise ValueError(
+            f"the training split's {backend.train_examples} examples hold no global batch "
+            f"of {s.global_batch_size}"
+        )
+    # An epoch is a block of the throughput statistics (timing.BlockTimes).
+    epochs = BlockTimes(
+        images_per_block=s.batch_size * topology.replicas_in_process * steps,
+        replicas_in_process=topology.replicas_in_process,
+        steps_per_block=steps,
+    )
+    curve, rate = [], None
+    clock = Stopwatch()  # starts before the first step touches the data
+    for epoch in range(s.epochs):
+        epoch_clock = Stopwatch()
+        for step in range(steps):
+            wanted = learning_rate(
+                s.learning_rate, s.replicas, s.lr_scaling, s.warmup_epochs, epoch + step / steps
+            )
+            if wanted != rate:
+                backend.set_learning_rate(wanted)
+                rate = wanted
+            loss = backend.step()  # (TensorFlow's first step ran in compile_untouched)
+        loss_value = backend.read_loss(loss)
+        seconds = epoch_clock.elapsed()
+        own = np.array([epochs.local_rate(seconds), loss_value, seconds])
+        # One collective: every process's test share and its epoch's numbers.
+        gathered = backend.gather_rows(np.concatenate([backend.evaluate(), own]))
+        wall = clock.elapsed()
+        loss_sum, correct, examples = gathered[:, :3].sum(axis=0)
+        total = epochs.add(seconds, gathered[:, 3])
+        curve.append(
+            {
+                "epoch": epoch + 1,
+                "wall_seconds": wall,
+                "train_seconds": float(gathered[:, 5].max()),
+                "images_per_sec": total,
+                "train_loss": loss_value if backend.loss_is_global else float(gathered[:, 4].sum()),
+                "test_loss": float(loss_sum / examples),
+                "test_accuracy": float(correct / examples),
+                "learning_rate": rate,
+            }
+        )
+        if topology.is_chief:
+            log(
+                f"{_who(s)}: epoch {epoch + 1}/{s.epochs} {total:.1f} img/s, test accuracy "
+                f"{correct / examples:.4f}, loss {loss_sum / examples:.4f}, at {wall:.1f} s"
+            )
+        if 0 < s.target_accuracy <= curve[-1]["test_accuracy"]:
+            break
+    seconds, epochs_to_target = time_to_target(curve, s.target_accuracy)
+    return epochs, {
+        "mode": "accuracy",
+        "final_loss": curve[-1]["train_loss"],
+        "train_examples": backend.train_examples,
+        "test_examples": int(examples),
+        "steps_per_epoch": steps,
+        "epochs_run": len(curve),
+        "target_accuracy": s.target_accuracy or None,
+        "time_to_target_seconds": seconds,
+        "epochs_to_target": epochs_to_target,
+        "final_test_accuracy": curve[-1]["test_accuracy"],
+        "final_test_loss": curve[-1]["test_loss"],
+        "peak_learning_rate": peak_learning_rate(s.learning_rate, s.replicas, s.lr_scaling),
+        "curve": curve,
+    }
 
 
 def _record(

@@ -22,7 +22,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def cifar_dir(tmp_path_factory):
-    from trainscale.data import generate_cifar100
+    from trainscale.datasets import generate_cifar100
 
     root = tmp_path_factory.mktemp("cifar")
     generate_cifar100(str(root), num_images=256, seed=7)

@@ -1,5 +1,6 @@
 """Bad options: exit code != 0, one line naming the option, no record written."""
 
+import numpy as np
 import pytest
 from conftest import trainscale
 
@@ -73,7 +74,28 @@ def test_missing_data_dir(tmp_path):
         timeout=60,
     )
     assert result.returncode == 2
-    assert "--data-dir" in result.stderr and "holds no CIFAR-100" in result.stderr
+    assert "--data-dir" in result.stderr and "holds no cifar100" in result.stderr
+    assert not output.exists()
+
+
+def test_a_bad_data_file_is_refused_in_one_line_before_any_process_starts(tmp_path):
+    from trainscale.datasets import write_dataset
+
+    images = np.zeros((8, 28, 28, 1), np.uint8)
+    write_dataset("mnist", str(tmp_path), {"train": (images, np.arange(8))})
+    labels = tmp_path / "train-labels-idx1-ubyte"
+    labels.write_bytes(labels.read_bytes()[:-3])  # truncated
+    output = tmp_path / "record.json"
+    result = trainscale(
+        "run",
+        *("--framework", "horovod", "--gpus-per-node", "2", "--device", "cpu"),
+        *("--model", "small_cnn", "--image-size", "28"),
+        *("--dataset", "mnist", "--data-dir", str(tmp_path), "--output", str(output)),
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(labels) in lines[0] and "truncated" in lines[0], lines
     assert not output.exists()
 
 

@@ -93,11 +93,20 @@ def conda_env(wildcards):
 
 WEAK_SCALING_FRAMEWORK = config["figures"]["weak_scaling_framework"]
 GRID = set(POINTS)
-GENERATED_DATA = (
-    f"{config['benchmark']['data_dir']}/cifar-100-python.tar.gz"
-    if config["benchmark"].get("generate_cifar100_images")
-    else None
-)
+DATA_DIR = config["benchmark"]["data_dir"]
+# The data the workflow writes itself, if any: the real digits in MNIST's
+# format (write_digits), or a random CIFAR-100 of generate_cifar100_images.
+DIGITS_FILES = [
+    f"{DATA_DIR}/{prefix}-{kind}-ubyte.gz"
+    for prefix in ("train", "t10k")
+    for kind in ("images-idx3", "labels-idx1")
+]
+if config["benchmark"]["dataset"] == "digits":
+    GENERATED_DATA = DIGITS_FILES[0]
+elif config["benchmark"].get("generate_cifar100_images"):
+    GENERATED_DATA = f"{DATA_DIR}/cifar-100-python.tar.gz"
+else:
+    GENERATED_DATA = None
 
 
 # A record's path below runs/ (and its log's below logs/train/), as wildcards:
@@ -208,6 +217,21 @@ def figure_files(extensions=("png", "pdf")):
     return [f"{RESULTS}/figures/{f}.{ext}" for f in FIGURES for ext in extensions]
 
 
+ACCURACY = config["benchmark"]["mode"] == "accuracy"
+
+
+def accuracy_files():
+    """(tables, figures) of an accuracy study; none for a throughput study."""
+    if not ACCURACY:
+        return [], []
+    tables = [
+        f"{RESULTS}/tables/{t}.{ext}"
+        for t in ("accuracy", "ranks")
+        for ext in ("csv", "md", "tex")
+    ]
+    return tables, [f"{RESULTS}/figures/accuracy.{ext}" for ext in ("png", "pdf")]
+
+
 def all_outputs():
     # The records are targets themselves: Snakemake does not rebuild a missing
     # intermediate file whose consumers are up to date, and a deleted record
@@ -223,6 +247,8 @@ def all_outputs():
         f"{RESULTS}/figures/predicted.png",
         f"{RESULTS}/figures/predicted.pdf",
         *figure_files(),
+        *accuracy_files()[0],
+        *accuracy_files()[1],
     ]
 
 

@@ -47,6 +47,18 @@ rule train:
         "{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record} > {log} 2>&1"
 
 
+rule write_digits:
+    output:
+        DIGITS_FILES,
+    log:
+        f"{RESULTS}/logs/write_digits.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/write_digits.py"
+
+
 rule generate_cifar100:
     output:
         archive=f"{config['benchmark']['data_dir']}/cifar-100-python.tar.gz",

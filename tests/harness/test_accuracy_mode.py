@@ -1,0 +1,80 @@
+"""Accuracy mode's TensorFlow side: what happens before the clock.
+
+TensorFlow's first call of a traced step optimises its graph; accuracy mode
+makes that call before the clock on zero images and then puts the model and
+optimizer back (tf_backend.TensorFlowBackend.compile_untouched). Nothing may
+be learned there: the state after it must equal the state before, exactly.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trainscale.datasets import write_dataset
+
+# In a process of its own: MirroredStrategy's CPU replicas are logical devices,
+# which TensorFlow refuses to set up once another test has started its runtime.
+CHECK = """
+import json, sys
+import numpy as np
+from trainscale.settings import RunOptions, RunSettings
+from trainscale.tf_backend import TensorFlowBackend
+
+settings = RunSettings(
+    framework="tf-mirrored", gpus_per_node=2, model="small_cnn", batch_size=8, image_size=16,
+    dataset="mnist", data_dir=sys.argv[1], device="cpu", mode="accuracy", learning_rate=0.1,
+)
+backend = TensorFlowBackend(settings, RunOptions())
+backend.prepare()
+with backend.framework.scope():
+    backend.optimizer.build(backend.model.trainable_variables)
+before = [v.numpy().copy() for v in backend.model.variables]
+backend.compile_untouched()
+after = [v.numpy() for v in backend.model.variables]
+result = {
+    "unchanged": all(np.array_equal(b, a) for b, a in zip(before, after)),
+    "iterations_before_training": int(backend.optimizer.iterations.numpy()),
+}
+backend.set_learning_rate(0.05)
+backend.read_loss(backend.step())
+moved = [v.numpy() for v in backend.model.variables]
+result.update(
+    iterations_after_a_step=int(backend.optimizer.iterations.numpy()),
+    learning_rate=float(backend.optimizer.learning_rate.numpy()),
+    moved=any(not np.array_equal(b, m) for b, m in zip(before, moved)),
+    evaluation=[float(x) for x in backend.evaluate()],
+)
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def mnist_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mnist")
+    rng = np.random.default_rng(5)
+    splits = {
+        split: (rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, n))
+        for split, n in (("train", 96), ("test", 20))
+    }
+    write_dataset("mnist", str(folder), splits)
+    return str(folder)
+
+
+def test_the_first_call_before_the_clock_learns_nothing(mnist_dir):
+    # MirroredStrategy on 2 CPU replicas: its variables are assigned across replicas.
+    run = subprocess.run(
+        [sys.executable, "-c", CHECK, mnist_dir], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["unchanged"] and result["iterations_before_training"] == 0
+    # The step it compiled is the one training uses: one real step moves the
+    # weights, at the rate set for it.
+    assert result["iterations_after_a_step"] == 1 and result["moved"]
+    assert result["learning_rate"] == pytest.approx(0.05)
+    # The test split: 20 examples, each counted once over the batches' padding.
+    loss_sum, correct, examples = result["evaluation"]
+    assert examples == 20 and 0 <= correct <= 20 and loss_sum > 0

@@ -1,0 +1,118 @@
+"""An accuracy study through local Snakemake, for real, on the real digits.
+
+Two frameworks (one of each ecosystem) on 1 and 2 CPU replicas train
+seed 003's small CNN on scikit-learn's UCI digits, written as MNIST IDX files
+by the workflow's own rule and read by the IDX reader, until a stated test
+accuracy; the records hold their curves and the tables and figure follow.
+"""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+from conftest import copy_repository, local_study, snakemake
+
+from trainscale.accuracy import learning_rate, time_to_target
+
+pytestmark = pytest.mark.xdist_group("accuracy-study")
+
+TARGET = 0.85
+EPOCHS = 12
+STUDY = {
+    "study": "digits-accuracy",
+    "reference": None,
+    "train_env": ".venv-train",
+    "torch_env": ".venv-torch",
+    "grid": {
+        "framework": ["horovod", "torch-ddp"],
+        "nodes": [1],
+        "gpus_per_node": [1, 2],
+        "model": ["small_cnn"],
+        "batch_size": [32],
+    },
+    "benchmark": {
+        "mode": "accuracy",
+        "dataset": "digits",
+        "data_dir": "results/digits-accuracy/data",
+        "image_size": 16,
+        "device": "cpu",
+        "epochs": EPOCHS,
+        "target_accuracy": TARGET,
+        "lr_scaling": "linear",
+        "warmup_epochs": 2,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    repo = copy_repository(str(tmp_path_factory.mktemp("accuracy") / "repo"))
+    result = snakemake(repo, *local_study(repo, STUDY), timeout=1200)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return os.path.join(repo, "results", "digits-accuracy")
+
+
+def _records(folder):
+    runs = os.path.join(folder, "runs")
+    for root, _, names in os.walk(runs):
+        for name in names:
+            with open(os.path.join(root, name)) as handle:
+                yield json.load(handle)
+
+
+@pytest.mark.slow
+def test_every_run_reaches_the_target_and_records_its_curve(study):
+    records = list(_records(study))
+    assert len(records) == 4
+    for record in records:
+        curve = record["curve"]
+        assert record["status"] == "ok" and record["mode"] == "accuracy"
+        assert record["dataset"] == "digits" and record["input_channels"] == 1
+        assert record["test_examples"] == 300 and record["train_examples"] == 1497
+        assert record["steps_per_epoch"] == 1497 // record["global_batch_size"]
+        # Trained until the target, and not one epoch longer.
+        assert record["final_test_accuracy"] >= TARGET
+        assert all(p["test_accuracy"] < TARGET for p in curve[:-1])
+        assert record["epochs_to_target"] == len(curve) <= EPOCHS
+        # The stated rule, applied to the recorded curve.
+        assert (record["time_to_target_seconds"], record["epochs_to_target"]) == time_to_target(
+            curve, TARGET
+        )
+        walls = [p["wall_seconds"] for p in curve]
+        assert walls == sorted(walls) and walls[0] > 0
+        assert record["startup_seconds"] > 0  # off the clock
+
+
+@pytest.mark.slow
+def test_learning_rates_follow_the_scaling_and_warm_up(study):
+    for record in _records(study):
+        replicas = record["replicas"]
+        assert record["peak_learning_rate"] == pytest.approx(1e-3 * replicas)  # linear
+        steps = record["steps_per_epoch"]
+        for point in record["curve"]:
+            # The rate of the epoch's last step: warm-up from 1e-3 over 2 epochs.
+            done = point["epoch"] - 1 + (steps - 1) / steps
+            expected = learning_rate(1e-3, replicas, "linear", 2.0, done)
+            assert point["learning_rate"] == pytest.approx(expected)
+        if replicas == 2:
+            assert record["curve"][0]["learning_rate"] < record["peak_learning_rate"]
+
+
+@pytest.mark.slow
+def test_accuracy_tables_and_figure(study):
+    table = pd.read_csv(os.path.join(study, "tables", "accuracy.csv"))
+    assert sorted(zip(table["framework"], table["gpus"])) == [
+        ("Horovod", 1), ("Horovod", 2), ("PyTorch DDP", 1), ("PyTorch DDP", 2)
+    ]  # fmt: skip
+    assert (table["final_accuracy_mean"] >= TARGET).all() and set(table["reached"]) == {"1/1"}
+    assert (table["time_to_target_mean"] > 0).all()
+    ranks = pd.read_csv(os.path.join(study, "tables", "ranks.csv"))
+    assert set(ranks["throughput_rank"]) == {1, 2} == set(ranks["time_to_target_rank"])
+    curves = pd.read_csv(os.path.join(study, "curves.csv"))
+    assert len(curves) == sum(len(r["curve"]) for r in _records(study))
+    for ext in ("png", "pdf"):
+        assert os.path.getsize(os.path.join(study, "figures", f"accuracy.{ext}")) > 1000
+    with open(os.path.join(study, "tables", "accuracy.md")) as handle:
+        markdown = handle.read()
+    assert "to 85% test accuracy" in markdown

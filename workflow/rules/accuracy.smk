@@ -1,0 +1,28 @@
+# An accuracy study (benchmark.mode: accuracy): accuracy and time-to-target
+# tables, the ranks table, and test accuracy against wall time.
+
+
+rule accuracy:
+    input:
+        records=record_files(),
+    output:
+        runs=f"{RESULTS}/accuracy.csv",
+        curves=f"{RESULTS}/curves.csv",
+        tables=[
+            report(path, category="Tables", caption="../report/accuracy.rst")
+            for path in accuracy_files()[0]
+        ],
+        figures=[
+            report(path, category="Figures", caption="../report/accuracy.rst")
+            for path in accuracy_files()[1]
+        ],
+    log:
+        f"{RESULTS}/logs/accuracy.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        study=STUDY,
+        folder=lambda wildcards, output: os.path.dirname(output.runs),
+    script:
+        "../scripts/accuracy.py"
