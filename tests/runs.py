@@ -74,6 +74,37 @@ def make_cifar_dir(root) -> str:
     return str(root)
 
 
+def make_mnist_dir(root, train: int, test: int, seed: int) -> str:
+    """Random images and labels in MNIST's real IDX format, both splits."""
+    import numpy as np
+
+    from trainscale.datasets import write_dataset
+
+    rng = np.random.default_rng(seed)
+    splits = {
+        split: (rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, n))
+        for split, n in (("train", train), ("test", test))
+    }
+    write_dataset("mnist", str(root), splits)
+    return str(root)
+
+
+def watchdog_limit(run_args: list[str], output: Path, first_block: str) -> int:
+    """A watchdog limit that falls inside training whatever this CPU's speed:
+    twice this machine's start-up to `first_block` (measured on a run that is
+    then stopped), plus 10 s, and at least 20 s."""
+    start = time.monotonic()
+    run, printed = start_run(*run_args, "--output", str(output))
+    try:
+        printed.wait_for(first_block)
+        startup = time.monotonic() - start
+    finally:
+        run.terminate()
+        run.wait(timeout=60)
+    print(f"start-up to {first_block!r}: {startup:.1f} s")
+    return round(max(20, 2 * startup + 10))
+
+
 def largest_difference(weights, others) -> float:
     """max |a - b| over two lists of weight arrays of the same shapes."""
     import numpy as np

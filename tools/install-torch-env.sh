@@ -75,5 +75,6 @@ fi
 
 # The harness itself, editable, and its test tools (as in .venv-train).
 "${pip[@]}" install --no-deps -e .
+"${pip[@]}" install "nvidia-ml-py==13.615.71"  # trainscale.gpu_monitor, as in the train env
 "${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4"
 "$venv/bin/python" -c "import torch, horovod.torch, deepspeed; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__, '| deepspeed', deepspeed.__version__)" 2>&1 | tail -1

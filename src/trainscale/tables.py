@@ -135,8 +135,12 @@ def efficiency_table(combined: pd.DataFrame) -> pd.DataFrame:
         "achieved_tflops",
         "mfu",
         "peak_memory_per_replica_mib",
+        "gpu_utilisation_percent",
+        "gpu_memory_peak_mib",
         "status",
     ]
+    # Tidy tables written before NVML sampling have no such columns.
+    combined = combined.assign(**{c: float("nan") for c in columns if c not in combined})
     combined = combined.assign(knobs=read_knobs(combined))
     if _varies(combined, "knobs"):
         columns.insert(2, "knobs")
@@ -303,11 +307,15 @@ def write_tables(
         f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run, model "
         f"FLOPs utilisation (MFU: achieved / the devices' peak; empty where the device's "
         f"peak is unknown), and peak memory per replica (the GPU allocator's peak; on "
-        f"CPUs the process's peak resident memory) ({study})",
+        f"CPUs the process's peak resident memory); GPU utilisation and memory as NVML "
+        f"saw them while it trained (mean utilisation, peak memory in use; empty on "
+        f"CPUs, which it does not sample) ({study})",
         {
             "achieved_tflops": "TFLOP/s",
             "mfu": "MFU",
             "peak_memory_per_replica_mib": "Peak memory per replica (MiB)",
+            "gpu_utilisation_percent": "GPU utilisation (%)",
+            "gpu_memory_peak_mib": "GPU memory in use, peak (MiB)",
         },
     )
     write_table(

@@ -62,6 +62,8 @@ COLUMNS = [
     "achieved_tflops",
     "mfu",
     "peak_memory_per_replica_mib",
+    "gpu_utilisation_percent",
+    "gpu_memory_peak_mib",
     "speedup",
     "efficiency",
     "source",
@@ -113,6 +115,7 @@ def record_row(study: str, path: str) -> dict:
     point = GridPoint.from_path(path)
     gpus = record["nodes"] * record["gpus_per_node"]
     mean = rate.get("mean")
+    gpu = record.get("gpu_utilisation")
     return {
         "study": study,
         "framework": record["framework"],
@@ -137,6 +140,9 @@ def record_row(study: str, path: str) -> dict:
         "mfu": record.get("mfu"),
         # Per replica (trainscale.training._record).
         "peak_memory_per_replica_mib": (record.get("peak_memory_bytes") or math.nan) / 2**20,
+        # NVML's, on GPUs (trainscale.gpu_monitor); NaN on CPUs.
+        "gpu_utilisation_percent": gpu["utilisation_percent"]["mean"] if gpu else math.nan,
+        "gpu_memory_peak_mib": gpu["memory_used_bytes"]["peak"] / 2**20 if gpu else math.nan,
         "source": record.get("source", "measured"),
         "settings_hash": record.get("settings_hash"),
         "record": path,
@@ -251,6 +257,8 @@ def _pooled(group: pd.DataFrame) -> pd.Series:
             "peak_memory_per_replica_mib": group["peak_memory_per_replica_mib"]
             .astype(float)
             .mean(),
+            "gpu_utilisation_percent": group["gpu_utilisation_percent"].astype(float).mean(),
+            "gpu_memory_peak_mib": group["gpu_memory_peak_mib"].astype(float).max(),
         }
     )
 
@@ -263,7 +271,13 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
     can say why its cell is empty.
     """
     # Tidy tables written before MFU, memory (or knob axes) have no such columns.
-    measures = ("achieved_tflops", "mfu", "peak_memory_per_replica_mib")
+    measures = (
+        "achieved_tflops",
+        "mfu",
+        "peak_memory_per_replica_mib",
+        "gpu_utilisation_percent",
+        "gpu_memory_peak_mib",
+    )
     tidy = tidy.assign(**{c: np.nan for c in measures if c not in tidy})
     tidy = tidy.assign(knobs=tidy["knobs"].fillna("") if "knobs" in tidy else "")
     keys = POINT + ["device", "gpus"]

@@ -17,6 +17,7 @@ from trainscale import records
 from trainscale.accuracy import learning_rate, peak_learning_rate, time_to_target
 from trainscale.backend import Backend, require_cuda_devices
 from trainscale.flops import utilisation
+from trainscale.gpu_monitor import GpuMonitor, combine, nvml_monitor
 from trainscale.registry import framework_spec
 from trainscale.settings import RunOptions, RunSettings
 from trainscale.timing import BlockBudget, BlockTimes, Stopwatch
@@ -63,6 +64,15 @@ def device_name(backend: Backend) -> str:
     return "unknown CPU"
 
 
+def start_gpu_monitor(settings: RunSettings) -> GpuMonitor | str:
+    """NVML sampling of this process's GPUs through the timed part; on a CPU
+    run, or without NVML, the reason there is none."""
+    if settings.device != "gpu":
+        return "CPU run: no GPU to sample"
+    monitor = nvml_monitor()
+    return monitor.start() if isinstance(monitor, GpuMonitor) else monitor
+
+
 def process_description(backend: Backend) -> dict:
     topology = backend.topology
     return {
@@ -97,14 +107,16 @@ def train(settings: RunSettings, options: RunOptions | None = None):
             "startup_seconds": clock.elapsed(),
             "seconds_to_first_timed_step": process_age(),
         }
+        monitor = start_gpu_monitor(settings)
         if settings.mode == "accuracy":
             blocks, measured = _epochs(backend)
         else:
             blocks, loss_value = _timed_blocks(backend, loss_value)
             measured = {"final_loss": loss_value}
+        gpu = monitor.stop() if isinstance(monitor, GpuMonitor) else monitor
         # Before the weights are gathered (a sharded framework's whole weights
         # would count in its peak memory).
-        description = process_description(backend)
+        description = {**process_description(backend), "gpu_monitor": gpu}
         # Every process: a framework that shards the weights gathers them.
         final_weights = backend.trainable_weights() if options.save_weights else None
     except backend.out_of_memory_errors as err:
@@ -284,6 +296,14 @@ def _record(
         # replicas MirroredStrategy puts in one process share its peak).
         "peak_memory_bytes": max((p["peak_memory"]["bytes"] or 0) for p in processes) or None,
         "peak_memory_source": processes[0]["peak_memory"]["source"],
+        # NVML's view while it trained (trainscale.gpu_monitor): null on CPUs,
+        # and gpu_monitor_note says why.
+        "gpu_utilisation": combine(
+            [p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], dict)]
+        ),
+        "gpu_monitor_note": next(
+            (p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], str)), None
+        ),
         "framework_config": backend.framework_config(),
         "source": "measured",
         "provenance": {

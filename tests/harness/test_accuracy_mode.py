@@ -10,10 +10,8 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-
-from trainscale.datasets import write_dataset
+from runs import make_mnist_dir
 
 # In a process of its own: MirroredStrategy's CPU replicas are logical devices,
 # which TensorFlow refuses to set up once another test has started its runtime.
@@ -53,14 +51,7 @@ print(json.dumps(result))
 
 @pytest.fixture(scope="module")
 def mnist_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("mnist")
-    rng = np.random.default_rng(5)
-    splits = {
-        split: (rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, n))
-        for split, n in (("train", 96), ("test", 20))
-    }
-    write_dataset("mnist", str(folder), splits)
-    return str(folder)
+    return make_mnist_dir(tmp_path_factory.mktemp("mnist"), train=96, test=20, seed=5)
 
 
 def test_the_first_call_before_the_clock_learns_nothing(mnist_dir):

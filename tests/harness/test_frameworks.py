@@ -57,6 +57,10 @@ def test_framework_run_writes_an_ok_record(
     )
     assert record["device"] == "cpu" and record["global_batch_size"] == 16 * replicas
     assert record["settings"]["horovod_launcher"] == launcher
+    # NVML samples GPUs only: on a CPU run the fields are null, and say why.
+    assert record["gpu_utilisation"] is None
+    assert record["gpu_monitor_note"] == "CPU run: no GPU to sample"
+    assert (record["input_channels"], record["augmentation"]) == (3, "crop-and-flip")
 
     rate = record["images_per_sec"]
     assert len(rate["samples"]) == 2 and all(x > 0 for x in rate["samples"])
