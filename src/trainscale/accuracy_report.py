@@ -33,7 +33,8 @@ def run_row(study: str, path: str) -> dict:
     record = read_record(path)
     accuracy = (
         "final_test_accuracy", "final_test_loss", "target_accuracy", "time_to_target_seconds",
-        "epochs_to_target", "epochs_run", "peak_learning_rate", "global_batch_size",
+        "epochs_to_target", "epochs_run", "training_seconds", "peak_learning_rate",
+        "global_batch_size",
     )  # fmt: skip
     return {**record_row(study, path), **{key: record.get(key) for key in accuracy}}
 
@@ -64,6 +65,7 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "time_to_target_std": time["std"] if spread else np.nan,
                 "reached": f"{time['reached']}/{time['runs']}",
                 "epochs_to_target": group["epochs_to_target"].astype(float).mean(),
+                "training_seconds": group["training_seconds"].astype(float).mean(),
                 "images_per_sec_mean": rates.mean(),
                 "images_per_sec_std": rates.std(ddof=1) if spread else np.nan,
             }
@@ -205,6 +207,7 @@ ACCURACY_LABELS = {
     "time_to_target": "Time to target (s)",
     "reached": "Runs reaching it",
     "epochs_to_target": "Epochs to target",
+    "training_seconds": "Training time (s)",
     "images_per_sec": "Images/sec training",
     "images_per_sec_mean": "Images/sec training",
     "throughput_rank": "Rank by images/sec",

@@ -256,6 +256,8 @@ def _epochs(backend: Backend) -> tuple[BlockTimes, dict]:
         "test_examples": int(examples),
         "steps_per_epoch": steps,
         "epochs_run": len(curve),
+        # The whole run on the clock: to the target, or through every epoch.
+        "training_seconds": curve[-1]["wall_seconds"],
         "target_accuracy": s.target_accuracy or None,
         "time_to_target_seconds": seconds,
         "epochs_to_target": epochs_to_target,

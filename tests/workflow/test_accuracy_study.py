@@ -75,6 +75,7 @@ def test_every_run_reaches_the_target_and_records_its_curve(study):
         assert record["final_test_accuracy"] >= TARGET
         assert all(p["test_accuracy"] < TARGET for p in curve[:-1])
         assert record["epochs_to_target"] == len(curve) <= EPOCHS
+        assert record["training_seconds"] == curve[-1]["wall_seconds"]
         # The stated rule, applied to the recorded curve.
         assert (record["time_to_target_seconds"], record["epochs_to_target"]) == time_to_target(
             curve, TARGET
