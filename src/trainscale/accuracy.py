@@ -80,6 +80,15 @@ def cell_time_to_target(times: list[float | None]) -> dict:
     return result
 
 
+def evaluation_batches(images, labels, index: int, count: int, batch: int) -> list:
+    """evaluation_shard's examples in batches: [(images, labels, weights)], NumPy."""
+    indices, weights = evaluation_shard(len(images), index, count, batch)
+    return [
+        (images[indices[i : i + batch]], labels[indices[i : i + batch]], weights[i : i + batch])
+        for i in range(0, len(indices), batch)
+    ]
+
+
 def evaluation_shard(num_examples: int, index: int, count: int, batch: int):
     """The test examples process `index` of `count` evaluates, padded so every
     process runs the same number of equal batches (a sharded model's forward

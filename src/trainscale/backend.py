@@ -97,8 +97,21 @@ class Backend:
 
     # -- accuracy mode (trainscale.accuracy) --------------------------------
 
-    # Examples in the training split, set by prepare() (0: synthetic data).
+    # Examples in the training split, set by read_splits() (0: synthetic data).
     train_examples = 0
+
+    def read_splits(self) -> tuple:
+        """(train, test) as (images, labels), read once in prepare(): train None
+        for synthetic data, test None outside accuracy mode."""
+        from trainscale.datasets import DATASETS
+
+        s = self.settings
+        dataset = DATASETS[s.dataset]
+        if dataset.release is None:
+            return None, None
+        train = dataset.load(s.data_dir)
+        self.train_examples = len(train[0])
+        return train, dataset.load(s.data_dir, "test") if s.mode == "accuracy" else None
 
     def compile_untouched(self) -> None:
         """Compile the training and evaluation steps without touching any data,

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from trainscale.accuracy import evaluation_shard
+from trainscale.accuracy import evaluation_batches
 from trainscale.backend import Backend, horovod_versions
 from trainscale.data import image_dataset, prepare_images, synthetic_dataset
 from trainscale.datasets import DATASETS
@@ -121,17 +121,10 @@ def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
 
     settings, topology = backend.settings, backend.topology
     batch = settings.batch_size * topology.replicas_in_process
-    indices, weights = evaluation_shard(
-        len(images), topology.process_index, topology.num_processes, batch
+    shard = evaluation_batches(
+        images, labels, topology.process_index, topology.num_processes, batch
     )
-    batches = [
-        (
-            tf.constant(images[indices[i : i + batch]]),
-            tf.constant(labels[indices[i : i + batch]]),
-            tf.constant(weights[i : i + batch]),
-        )
-        for i in range(0, len(indices), batch)
-    ]
+    batches = [tuple(tf.constant(part) for part in parts) for parts in shard]
     model = backend.model
     loss_per_example = tf.keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction=tf.keras.losses.Reduction.NONE
@@ -176,15 +169,12 @@ class TensorFlowBackend(Backend):
                 settings.model, settings.image_size, settings.num_classes, settings.input_channels
             )
             self.optimizer = make_optimizer(settings)
-        dataset = DATASETS[settings.dataset]
-        train = dataset.load(settings.data_dir) if dataset.release else None
-        self.train_examples = len(train[0]) if train else 0
+        train, test = self.read_splits()
         if train:  # one global batch of its shapes (compile_untouched)
             self.train_like = tuple(part[: settings.global_batch_size] for part in train)
         self.iterator = framework.make_iterator(make_dataset_fn(settings, train))
         self.train_step = build_train_step(framework, self.model, self.optimizer, settings)
-        if settings.mode == "accuracy":
-            test = dataset.load(settings.data_dir, "test")
+        if test:
             self.test_batches, self.eval_step = build_evaluation(self, *test)
 
     def compile_untouched(self) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainscale.accuracy import evaluation_shard
+from trainscale.accuracy import evaluation_batches
 from trainscale.backend import Backend, DeviceError, horovod_versions
 from trainscale.data import numpy_batches, synthetic_batch
 from trainscale.datasets import DATASETS
@@ -104,12 +104,10 @@ class TorchBackend(Backend):
         # float16 gradients underflow without loss scaling; bfloat16 needs none.
         fp16 = s.precision == "fp16" and not self.scales_fp16_loss
         self.scaler = torch.amp.GradScaler(self.device.type) if fp16 else None
-        dataset = DATASETS[s.dataset]
-        train = dataset.load(s.data_dir) if dataset.release else None
-        self.train_examples = len(train[0]) if train else 0
+        train, test = self.read_splits()
         self.batches = self._batches(train)
-        if s.mode == "accuracy":
-            self.test_batches = self._test_batches(*dataset.load(s.data_dir, "test"))
+        if test:
+            self.test_batches = self._test_batches(*test)
 
     def _take_device(self, processes_on_node: int) -> None:
         if self.settings.device == "cpu":
@@ -171,18 +169,13 @@ class TorchBackend(Backend):
 
     def _test_batches(self, images: np.ndarray, labels: np.ndarray) -> list:
         """This process's test shard in equal batches (uint8 images, labels, weights)."""
-        batch = self.settings.batch_size
         topology = self.topology
-        indices, weights = evaluation_shard(
-            len(images), topology.process_index, topology.num_processes, batch
+        shard = evaluation_batches(
+            images, labels, topology.process_index, topology.num_processes, self.settings.batch_size
         )
         return [
-            (
-                torch.from_numpy(images[indices[i : i + batch]]),
-                torch.from_numpy(labels[indices[i : i + batch]]).long(),
-                torch.from_numpy(weights[i : i + batch]),
-            )
-            for i in range(0, len(indices), batch)
+            (torch.from_numpy(x), torch.from_numpy(y).long(), torch.from_numpy(w))
+            for x, y, w in shard
         ]
 
     def set_learning_rate(self, rate: float) -> None:
