@@ -63,7 +63,10 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "final_accuracy_std": accuracy.std(ddof=1) if spread else np.nan,
                 "time_to_target_mean": time["mean"],
                 "time_to_target_std": time["std"] if spread else np.nan,
-                "reached": f"{time['reached']}/{time['runs']}",
+                # Published runs may have had no target (seed 004).
+                "reached": f"{time['reached']}/{time['runs']}"
+                if (group["target_accuracy"].fillna(0) > 0).any()
+                else "no target",
                 "epochs_to_target": group["epochs_to_target"].astype(float).mean(),
                 "training_seconds": group["training_seconds"].astype(float).mean(),
                 "images_per_sec_mean": rates.mean(),
@@ -78,19 +81,21 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=["order"]).reset_index(drop=True)
 
 
-def ranks_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per GPU count (and panel): rank by images/sec beside rank by time-to-target."""
+def ranks_table(cells: pd.DataFrame, clock: str = "time_to_target") -> pd.DataFrame:
+    """Per GPU count (and panel): rank by images/sec beside rank by time-to-target,
+    or (`clock` "training_seconds", a study without a target) by training time."""
     if cells.empty:
         return cells
+    time = "time_to_target_mean" if clock == "time_to_target" else clock
     parts = []
     for _, group in cells.groupby(["model", "batch_size", "panel_knobs", "gpus"], sort=True):
         group = group.copy()
         rates = group["images_per_sec_mean"].astype(float)
         group["throughput_rank"] = rates.rank(ascending=False, method="min").astype(int)
         # A cell that never reached the target ranks after every one that did.
-        times = group["time_to_target_mean"].astype(float).fillna(np.inf)
-        group["time_to_target_rank"] = times.rank(method="min").astype(int)
-        same = group["throughput_rank"] == group["time_to_target_rank"]
+        times = group[time].astype(float).fillna(np.inf)
+        group[f"{clock}_rank"] = times.rank(method="min").astype(int)
+        same = group["throughput_rank"] == group[f"{clock}_rank"]
         group["same_rank"] = np.where(same, "yes", "no")
         parts.append(group)
     columns = [
@@ -101,9 +106,9 @@ def ranks_table(cells: pd.DataFrame) -> pd.DataFrame:
         "framework",
         "images_per_sec_mean",
         "throughput_rank",
-        "time_to_target_mean",
-        "reached",
-        "time_to_target_rank",
+        time,
+        *(["reached"] if clock == "time_to_target" else []),
+        f"{clock}_rank",
         "same_rank",
     ]
     return pd.concat(parts)[columns].reset_index(drop=True)
@@ -153,7 +158,7 @@ def write_accuracy(study: str, records: list[str], folder: str) -> pd.DataFrame:
     atomic_write_text(os.path.join(folder, "curves.csv"), curves.to_csv(index=False))
     cells = accuracy_table(runs)
     tables = os.path.join(folder, "tables")
-    targets = sorted({t for t in runs["target_accuracy"].dropna()})
+    targets = sorted({t for t in runs["target_accuracy"].dropna() if t > 0})
     target = targets[0] if len(targets) == 1 else None
     aim = f"to {target:.0%} test accuracy" if target else "(no single target)"
     write_table(
@@ -163,11 +168,14 @@ def write_accuracy(study: str, records: list[str], folder: str) -> pd.DataFrame:
         f"Accuracy and time {aim} ({study})",
         ACCURACY_LABELS,
     )
+    # Without a target, the time on the clock is the whole training time.
+    clock = "time_to_target" if targets else "training_seconds"
+    goal = aim if targets else "to the end of training (no target)"
     write_table(
-        ranks_table(cells),
+        ranks_table(cells, clock),
         tables,
         "ranks",
-        f"Faster per step is not always faster {aim} ({study})",
+        f"Faster per step is not always faster {goal} ({study})",
         ACCURACY_LABELS,
     )
     figures = os.path.join(folder, "figures")
@@ -213,5 +221,6 @@ ACCURACY_LABELS = {
     "throughput_rank": "Rank by images/sec",
     "time_to_target_mean": "Time to target (s)",
     "time_to_target_rank": "Rank by time to target",
+    "training_seconds_rank": "Rank by training time",
     "same_rank": "Same rank",
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 
 from trainscale.settings import SETTING, all_settings
-from trainscale.study import ConfigError
+from trainscale.study import SAFE_NAME, ConfigError
 
 
 def _key(path) -> str:
@@ -22,17 +22,23 @@ def _key(path) -> str:
     return key or "(top level)"
 
 
-def config_schema(path: str) -> dict:
+def config_schema(path: str, cached: bool = False) -> dict:
     """The study config's JSON schema: the file at `path`, with what the
     settings' declarations say filled in (trainscale.setting): the framework
     and model names, every setting's `benchmark:` key (type, bounds, default,
-    help), and every knob as an axis of the grid and of a constraint clause."""
+    help), and every knob as an axis of the grid and of a constraint clause.
+
+    `cached`: the config of a study folder of cached records (study_folder.
+    is_cache), which may name frameworks trainscale does not run (seed 004's
+    Ray Train): nothing of theirs is ever run, only their records read."""
     import yaml
 
     with open(path) as handle:
         schema = yaml.safe_load(handle)
     defs, properties = schema["$defs"], schema["properties"]
     defs["framework"] = SETTING["framework"].schema()
+    if cached:
+        defs["framework"] = {"type": "string", "pattern": SAFE_NAME.pattern}
     defs["model"] = SETTING["model"].schema()
     benchmark = properties["benchmark"]["properties"]
     for setting in all_settings():

@@ -41,6 +41,9 @@ MODEL_MIN_IMAGE_SIZE = {
     "small_cnn": 16,
 }
 MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
+# torch's twins have no such limit of Keras's: seed 004 trains ResNet-50 and
+# MobileNetV2 on MNIST's native 28 px (five stride-2 stages leave 1 x 1).
+TORCH_MIN_IMAGE_SIZE = {**MODEL_MIN_IMAGE_SIZE, "resnet50": 28, "mobilenet_v2": 28}
 # The models defined for torch too, as the same networks (trainscale.torch_models);
 # the torch frameworks refuse the others.
 TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn")
@@ -69,15 +72,24 @@ SETTINGS = (
     Setting("model", str, "vgg16", "the network", choices=MODELS,
             in_study=False, group="grid point"),
     Setting("batch_size", int, 64, "per replica (weak scaling, the paper's setting)", **_POINT),
-    Setting("image_size", int, 224, "input side (each model has its minimum)",
-            minimum=1, group="data and device"),
+    # Native by default: seed 004 trains MNIST at 28 px; seed 000 asks for
+    # CIFAR-100 resized to 224, and says so.
+    Setting("image_size", int, 0, "input side, resized to (each model has its minimum); "
+            "0: the data set's native side (28 for MNIST, 32 for CIFAR, 224 synthetic)",
+            minimum=0, group="data and device"),
     Setting("dataset", str, "cifar100", "read from --data-dir (trainscale.datasets), "
-            "or synthetic", choices=tuple(DATASETS), group="data and device"),
+            "or synthetic", choices=tuple(DATASETS), group="data and device", axis=True),
     Setting("data_dir", str, "data", "holds the data set's release (e.g. "
             "cifar-100-python.tar.gz, or MNIST's IDX files)",
             group="data and device", pattern="^[A-Za-z0-9_./-]+$"),
     Setting("device", str, "gpu", "one replica per GPU, or per CPU share",
             choices=("gpu", "cpu"), group="data and device"),
+    # A label, not a knob of the run: which machine a study's runs ran on, so
+    # one study can hold two node types side by side (seed 004's Titan RTX and
+    # V100 nodes) as a grid axis.
+    Setting("system", str, "", "a name for the machine the runs run on (e.g. a node "
+            "type); a grid axis compares machines", group="data and device", axis=True,
+            pattern="^[A-Za-z0-9_.-]*$", metavar="NAME"),
     Setting("augment", bool, True, "the data set's augmentation: pad-4 random crop and "
             "flip for CIFAR; the MNIST family has none", group="data and device"),
     # The first step is never timed: Horovod broadcasts rank 0's variables
@@ -174,6 +186,12 @@ def panel_knobs(frameworks) -> set[str]:
 class _RunSettings:
     """One grid point plus how it is measured: the fields are SETTINGS and the
     frameworks' knobs (dataclasses.fields(RunSettings))."""
+
+    def __post_init__(self):
+        # --image-size 0 is the data set's native side, resolved here once, so
+        # everything downstream (models, records, the settings hash) sees the size.
+        if self.image_size == 0 and self.dataset in DATASETS:
+            object.__setattr__(self, "image_size", DATASETS[self.dataset].native_size)
 
     @property
     def replicas(self) -> int:
@@ -296,12 +314,13 @@ def validate(settings, *, check_data: bool = True):
         message = setting.check(s) if setting.check else ""
         if message:
             raise SettingsError(message)
-    minimum = MODEL_MIN_IMAGE_SIZE[s.model]
+    spec = framework_spec(s.framework)
+    minimum = (TORCH_MIN_IMAGE_SIZE if spec.ecosystem == "torch" else MODEL_MIN_IMAGE_SIZE)[s.model]
     if s.image_size < minimum:
         raise SettingsError(
             f"--image-size {s.image_size} is below {s.model}'s minimum of {minimum}"
+            + (" (Keras's)" if minimum > TORCH_MIN_IMAGE_SIZE[s.model] else "")
         )
-    spec = framework_spec(s.framework)
     if spec.ecosystem == "torch" and s.model not in TORCH_MODELS:
         raise SettingsError(
             f"--model {s.model} is not defined for torch, so it would not be the same network "

@@ -28,7 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass, fields
 
-from trainscale.registry import framework_spec
+from trainscale.registry import FRAMEWORKS, framework_spec
 from trainscale.settings import (
     KNOB_AXES,
     SETTING,
@@ -226,8 +226,10 @@ def check_environments(config: dict, points: list[GridPoint], root: str = ".") -
         )
 
 
-def check_config(config: dict, root: str = ".") -> list[GridPoint]:
-    """Checks a schema cannot express; returns the grid. Raises ConfigError."""
+def check_config(config: dict, root: str = ".", cached: bool = False) -> list[GridPoint]:
+    """Checks a schema cannot express; returns the grid. Raises ConfigError.
+    `cached`: a study of cached records, whose frameworks trainscale may not
+    run (schema.config_schema); their points are read, never run or checked."""
     grid = config["grid"]
     for axis in (*AXES, *knob_axes(config)):
         values = grid[axis]
@@ -264,6 +266,8 @@ def check_config(config: dict, root: str = ".") -> list[GridPoint]:
                 f"config key reference: study {reference!r} has no cached records " f"(no {runs}/)"
             )
     for point in points:
+        if cached and point.framework not in FRAMEWORKS:
+            continue
         try:
             validate(run_settings(config, point), check_data=False)
         except SettingsError as err:

@@ -33,7 +33,15 @@ from dataclasses import dataclass, fields
 
 from trainscale.records import atomic_path, atomic_write_text
 from trainscale.settings import RunSettings
-from trainscale.study import AXES, ConfigError, GridPoint, expand_grid, knob_axes, record_path
+from trainscale.study import (
+    AXES,
+    SAFE_NAME,
+    ConfigError,
+    GridPoint,
+    expand_grid,
+    knob_axes,
+    record_path,
+)
 
 MEASURED = "measured"
 HISTORY = "config.history"
@@ -77,6 +85,14 @@ def foreign_record(runs: str) -> tuple[str, str] | None:
             if source != MEASURED:
                 return path, str(source)
     return None
+
+
+def is_cache(study, root: str = ".") -> bool:
+    """Whether results/{study} holds records trainscale did not measure (a
+    cache such as the published study's), so it is read-only."""
+    if not isinstance(study, str) or not SAFE_NAME.match(study):
+        return False  # the schema refuses the name, in one line
+    return foreign_record(os.path.join(root, "results", study, "runs")) is not None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SNAKEMAKE = os.path.join(os.path.dirname(sys.executable), "snakemake")
 # What a fresh clone has that the workflow needs (the published cache included).
 WORKFLOW_FILES = ["Snakefile", "config.yaml", "workflow", "src", "profiles", "envs", "examples"]
+# The published studies' caches a clone ships (seeds 000 and 004).
+CACHED_STUDIES = ["published", "seed004"]
 
 
 def load_yaml(path):
@@ -34,11 +36,10 @@ def copy_repository(target: str) -> str:
             )
         else:
             shutil.copy2(source, target)
-    published = os.path.join(target, "results", "published")
-    shutil.copytree(
-        os.path.join(REPO, "results", "published", "runs"), os.path.join(published, "runs")
-    )
-    shutil.copy2(os.path.join(REPO, "results", "published", "config.yaml"), published)
+    for study in CACHED_STUDIES:
+        cache = os.path.join(target, "results", study)
+        shutil.copytree(os.path.join(REPO, "results", study, "runs"), os.path.join(cache, "runs"))
+        shutil.copy2(os.path.join(REPO, "results", study, "config.yaml"), cache)
     for venv in (".venv-train", ".venv-torch"):
         os.symlink(os.path.join(REPO, venv), os.path.join(target, venv))
     return target

@@ -5,7 +5,7 @@ import os
 
 import pytest
 import yaml
-from conftest import REPO, snakemake, train_jobs
+from conftest import CACHED_STUDIES, REPO, snakemake, train_jobs
 
 from trainscale.schema import check_schema, config_schema, validate_config
 from trainscale.study import ConfigError, check_config
@@ -93,6 +93,17 @@ BAD = [
         edit(["grid", "framework"], ["horovod", "pytorch"]),
         "config key grid.framework[1]: 'pytorch' is not one of",
     ),
+    (
+        # Only a cached study may name it (results/seed004; tests/workflow/test_seed004.py).
+        "a framework trainscale does not run, in a study it would train",
+        edit(["grid", "framework"], ["horovod", "ray-train"]),
+        "config key grid.framework[1]: 'ray-train' is not one of",
+    ),
+    (
+        "no data set in benchmark or the grid",
+        edit(["benchmark", "dataset"], DELETE),
+        "config key benchmark: 'dataset' is a required property",
+    ),
     ("unknown model", edit(["grid", "model"], ["alexnet"]), "config key grid.model[0]"),
     ("zero nodes", edit(["grid", "nodes"], [0, 1]), "config key grid.nodes[0]: 0 is less than"),
     ("negative gpus", edit(["grid", "gpus_per_node"], [-1]), "config key grid.gpus_per_node[0]"),
@@ -145,7 +156,11 @@ BAD = [
         edit(["grid", "horovod_fusion_threshold_mb"], [64, 64]),
         "config key grid.horovod_fusion_threshold_mb: duplicate values [64]",
     ),
-    ("zero image size", edit(["benchmark", "image_size"], 0), "config key benchmark.image_size"),
+    (
+        "negative image size",
+        edit(["benchmark", "image_size"], -1),
+        "config key benchmark.image_size",
+    ),
     (
         "image below the model's minimum",
         edit(["benchmark", "image_size"], 8),
@@ -244,5 +259,5 @@ def test_snakemake_stops_before_anything_runs(repo_copy, what, change, key):
         assert "Invalid study configuration: config key" in output and key in output
         assert train_jobs(output) == 0
     assert not os.path.exists(os.path.join(repo_copy, "pwned"))
-    assert sorted(os.listdir(os.path.join(repo_copy, "results"))) == ["published"]
+    assert sorted(os.listdir(os.path.join(repo_copy, "results"))) == sorted(CACHED_STUDIES)
     assert not os.path.exists(os.path.join(os.path.dirname(repo_copy), "outside"))

@@ -26,12 +26,16 @@ from trainscale.study import (
     train_arguments,
 )
 from trainscale.schema import config_schema, validate_config
-from trainscale.registry import base_of, framework_spec, table_order
-from trainscale.study_folder import check_study_folder, save_study_config
+from trainscale.registry import FRAMEWORKS, base_of, framework_spec, table_order
+from trainscale.study_folder import check_study_folder, is_cache, save_study_config
 
+# A study of cached records (the published ones) may name frameworks trainscale
+# does not run (seed 004's Ray Train): their records are only read.
+CACHED = is_cache(config.get("study"))
 # The schema file, with what the settings' declarations say filled in.
 SCHEMA = config_schema(
-    os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+    os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"),
+    cached=CACHED,
 )
 
 
@@ -58,7 +62,7 @@ checked(config)
 STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
 try:
-    POINTS = check_config(config, root=".")
+    POINTS = check_config(config, root=".", cached=CACHED)
     # The saved config must go on explaining every record of the study
     # (trainscale.study_folder): refused here, before anything runs.
     FOLDER = check_study_folder(config, POINTS, saved_config(f"{RESULTS}/config.yaml"))
@@ -177,9 +181,11 @@ FIGURES = [
 ] + (["vs_reference"] if REFERENCE else [])
 
 # The refactoring analysis: the study's frameworks and each one's
-# single-device base (what its example changes), in table order.
+# single-device base (what its example changes), in table order. Only
+# trainscale's own have examples (a cached study may name others).
+RUNNABLE = [p for p in POINTS if p.framework in FRAMEWORKS]
 REFACTORED = sorted(
-    {p.framework for p in POINTS} | {base_of(p.framework) for p in POINTS},
+    {p.framework for p in RUNNABLE} | {base_of(p.framework) for p in RUNNABLE},
     key=table_order,
 )
 

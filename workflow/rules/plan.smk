@@ -16,7 +16,8 @@ rule plan:
                 **job_shape(config, point),
                 "record": record_path(STUDY, point),
             }
-            for point in POINTS
+            # A cached study's foreign frameworks have no job to plan.
+            for point in RUNNABLE
         ],
         study=STUDY,
     script:
