@@ -260,8 +260,12 @@ def _train(settings: RunSettings, options: RunOptions) -> int:
     if options.collective_timeout:
         # Horovod's Gloo reads its timeout from its own variable, in hvd.init().
         os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, round(options.collective_timeout)))
+    spec = framework_spec(settings.framework)
     try:
-        train(settings, options)
+        if spec.driver:
+            _drive(spec.driver, settings, options)
+        else:
+            train(settings, options)
     except (OutOfMemory, MemoryError) as err:
         # Running out of memory is a result of this grid point, not a crash.
         # The launcher reads this line (from any rank) and writes the record.
@@ -269,6 +273,28 @@ def _train(settings: RunSettings, options: RunOptions) -> int:
         print(f"trainscale train: out of memory: {first_line}", file=sys.stderr)
         return EXIT_OOM
     return 0
+
+
+def _drive(driver: str, settings: RunSettings, options: RunOptions) -> None:
+    """A framework that starts its workers itself (Ray Train): its driver runs
+    them, each running the training function, and the driver's own timings
+    join the record the chief worker wrote."""
+    import importlib
+
+    from trainscale.records import atomic_write_json, read_record
+    from trainscale.training import OutOfMemory
+
+    module, function = driver.split(":")
+    try:
+        timings = getattr(importlib.import_module(module), function)(settings, options)
+    except Exception as err:
+        # A worker's OutOfMemory reaches the driver wrapped in the framework's error.
+        text = str(err)
+        if "OutOfMemory" in text or "out of memory" in text.lower():
+            line = next((x for x in text.splitlines() if "emory" in x), text.splitlines()[0])
+            raise OutOfMemory(line.strip()) from err
+        raise
+    atomic_write_json(options.output, {**read_record(options.output), **timings})
 
 
 def own_log_tail(lines: int = 30) -> str:

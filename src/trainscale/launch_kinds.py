@@ -180,7 +180,21 @@ class TorchDistributed(LaunchKind):
         return [], slurm.torch_rendezvous()
 
 
+class RayDriver(OneProcess):
+    """One process here, Ray's driver: it starts a private Ray instance and
+    Ray starts the workers, one per replica, as its own children (trainscale.
+    torch_ray), so stopping the driver's process tree stops them all."""
+
+    name = "ray"
+    one_node = "python {script}   # Ray starts a local instance"
+    two_nodes = (
+        "ray start --head --port=6379 (node1); ray start --address=node1:6379 "
+        "(node2); python {script} (node1)"
+    )
+
+
 ONE_PROCESS = OneProcess()
+RAY = RayDriver()
 HOROVOD = HorovodRanks()
 MULTIWORKER = MultiWorker()
 TORCHRUN = TorchDistributed(

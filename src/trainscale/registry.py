@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from trainscale.launch_kinds import (
+    RAY,
     DEEPSPEED,
     HOROVOD,
     MULTIWORKER,
@@ -127,6 +128,10 @@ class FrameworkSpec:
     traffic: Callable[[Mapping], Traffic] = _all_reduce()
     # A refusal of its own: settings -> "" or the one-line message.
     check: Callable[[Any], str] | None = None
+    # "module:function" run by `trainscale train` in place of the training
+    # function where the framework starts its workers itself (Ray Train's
+    # driver, trainscale.torch_ray.drive); "" for the others.
+    driver: str = ""
 
 
 HOROVOD_KNOBS = (
@@ -294,6 +299,24 @@ REGISTRY = (
         knobs=DDP_KNOBS,
         compared_with="horovod",
         traffic=_all_reduce("ddp_compression"),
+    ),
+    FrameworkSpec(
+        "ray-train",
+        "Ray Train",
+        "torch",
+        "torch_env",
+        RAY,
+        backend="trainscale.torch_ray:RayTrainDDP",
+        requires="ray",
+        example="torch_ray.py",
+        # Its workers run torch-ddp's step: DDP's knobs are its knobs too.
+        knobs=DDP_KNOBS,
+        compared_with="horovod",
+        traffic=_all_reduce("ddp_compression"),
+        # Its SLURM start (ray symmetric-run, or a head and a worker per node
+        # through srun) is not built yet: one node until it is.
+        one_node=True,
+        driver="trainscale.torch_ray:drive",
     ),
     FrameworkSpec(
         "horovod-torch",
