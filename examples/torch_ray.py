@@ -1,0 +1,180 @@
+"""VGG-16 on CIFAR-100, a custom training loop, every GPU of every node: Ray Train.
+
+torch_single.py changed as Ray Train's PyTorch guide teaches: the training
+loop becomes a function that Ray runs in every worker; TorchTrainer with a
+ScalingConfig says how many workers (one per GPU) and starts them, with
+torch.distributed already set up; prepare_model moves the model to the
+worker's device and wraps it in DistributedDataParallel; prepare_data_loader
+gives each worker its share of the data; ray.train.report hands the rate to
+the driver. Fault tolerance off: a lost worker ends the run.
+
+    python torch_ray.py --data-dir DIR --workers 4   # starts a local Ray instance
+    ray start --head --port=6379 (node1); ray start --address=node1:6379 (node2)
+    python torch_ray.py --data-dir DIR --workers 8 --address auto   # on node1
+
+concepts: process group, rank and size, device pinning, data sharding,
+gradient all-reduce, cross-replica reduction, driver and workers
+"""
+
+import argparse
+import itertools
+import os
+import pickle
+import tarfile
+import time
+
+import numpy as np
+import ray
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from ray.train import FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+NUM_CLASSES = 100
+# Per-channel mean and standard deviation of the CIFAR-100 training images.
+MEAN = torch.tensor((0.5071, 0.4865, 0.4409)).view(3, 1, 1)
+STD = torch.tensor((0.2673, 0.2564, 0.2762)).view(3, 1, 1)
+VGG16_BLOCKS = ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3))  # (width, convolutions)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description="VGG-16 on CIFAR-100, custom training loop")
+    parser.add_argument("--data-dir", help="folder holding cifar-100-python.tar.gz")
+    parser.add_argument("--synthetic", action="store_true", help="random batches, no data set")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per GPU per step")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    parser.add_argument("--learning-rate", type=float, default=0.001)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1, help="one per GPU")
+    parser.add_argument("--address", default=None, help="a running Ray cluster (auto)")
+    return parser.parse_args()
+
+
+def load_cifar100(data_dir):
+    """Training images (N x 32 x 32 x 3, uint8) and fine labels of CIFAR-100's python version."""
+    archive = os.path.join(data_dir, "cifar-100-python.tar.gz")
+    if os.path.exists(archive):
+        with tarfile.open(archive) as tar:
+            train = pickle.load(tar.extractfile("cifar-100-python/train"), encoding="bytes")
+    else:  # the archive, extracted
+        with open(os.path.join(data_dir, "cifar-100-python", "train"), "rb") as handle:
+            train = pickle.load(handle, encoding="bytes")
+    images = train[b"data"].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return images, np.array(train[b"fine_labels"], dtype=np.int64)
+
+
+class CIFAR100(Dataset):
+    """Pad-and-crop and a horizontal flip, then normalise: the usual CIFAR recipe."""
+
+    def __init__(self, data_dir):
+        self.images, self.labels = load_cifar100(data_dir)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        image = torch.from_numpy(self.images[index]).permute(2, 0, 1).float() / 255.0
+        image = F.pad(image, (4, 4, 4, 4))
+        top, left = torch.randint(0, 9, (2,)).tolist()
+        image = image[:, top : top + 32, left : left + 32]
+        if torch.rand(()) < 0.5:
+            image = image.flip(2)
+        return (image - MEAN) / STD, self.labels[index]
+
+
+def synthetic_batch(replica, batch_size, seed):
+    """Replica `replica`'s random batch, the same every step (Horovod's synthetic benchmark)."""
+    rng = np.random.default_rng([seed, replica])
+    images = rng.standard_normal((batch_size, 32, 32, 3), dtype=np.float32)
+    labels = rng.integers(0, NUM_CLASSES, size=batch_size)
+    # Drawn as tf_single.py draws them (NHWC), so both ecosystems see the same numbers.
+    return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels)
+
+
+def vgg16():
+    """Keras's VGG-16: 3x3 convolutions in five blocks, then 4096, 4096 and the classes."""
+    layers, channels = [], 3
+    for width, convolutions in VGG16_BLOCKS:
+        for _ in range(convolutions):
+            layers += [nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(inplace=True)]
+            channels = width
+        layers.append(nn.MaxPool2d(2))
+    layers += [nn.Flatten(), nn.Linear(512, 4096), nn.ReLU(inplace=True)]
+    layers += [nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Linear(4096, NUM_CLASSES)]
+    model = nn.Sequential(*layers)
+    for layer in model.modules():  # Keras's initialisation: Glorot-uniform, zero biases
+        if isinstance(layer, (nn.Conv2d, nn.Linear)):
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
+    return model
+
+
+def batches(args, device):
+    """(images, labels) on the device, one pair per step, for ever."""
+    if args.synthetic:
+        images, labels = synthetic_batch(dist.get_rank(), args.batch_size, args.seed)
+        while True:
+            yield images.to(device), labels.to(device)
+    loader = DataLoader(CIFAR100(args.data_dir), batch_size=args.batch_size, shuffle=True)
+    loader = ray.train.torch.prepare_data_loader(loader)  # a DistributedSampler, the device
+    for epoch in itertools.count():
+        loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every worker
+        yield from loader
+
+
+def make_optimizer(args, model):
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=args.learning_rate)
+    # Keras's epsilon (torch's default is 1e-8), as tf_single.py trains.
+    return torch.optim.Adam(model.parameters(), lr=args.learning_rate, eps=1e-7)
+
+
+def train_loop_per_worker(config):
+    """What every worker runs; Ray has joined them in one process group."""
+    args = argparse.Namespace(**config)
+    device = ray.train.torch.get_device()
+    torch.manual_seed(args.seed)
+    model = ray.train.torch.prepare_model(vgg16())  # to the device, in DDP
+    optimizer = make_optimizer(args, model)
+    data = batches(args, device)
+
+    for step in range(1, args.steps + 1):
+        images, labels = next(data)
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        mean_loss = loss.detach() / dist.get_world_size()
+        dist.all_reduce(mean_loss)  # the mean over every worker's batch
+        if ray.train.get_context().get_world_rank() == 0:
+            print(f"step {step}/{args.steps}: loss {mean_loss.item():.6f}", flush=True)
+        if step == 1:
+            start = time.perf_counter()  # the first step allocates and warms up: not timed
+    if args.steps > 1:
+        images_per_sec = (args.steps - 1) * args.batch_size / (time.perf_counter() - start)
+        total = torch.tensor(images_per_sec, device=device)
+        dist.all_reduce(total)
+        ray.train.report({"images_per_sec": total.item()})
+
+
+def main():
+    args = parse_args()
+    ray.init(address=args.address)
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=vars(args),
+        scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=torch.cuda.is_available()),
+        run_config=RunConfig(failure_config=FailureConfig(max_failures=0)),
+    )
+    result = trainer.fit()
+    print(f"images/sec: {result.metrics['images_per_sec']:.1f}")
+
+
+if __name__ == "__main__":
+    main()
