@@ -232,8 +232,38 @@ def processes_writing(output: Path) -> list[int]:
     return found
 
 
-def second_process(output: Path, within: float = 90) -> int:
-    """The pid of rank/worker 1 of the run writing `output`, once it trains."""
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, theirs, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def ray_train_workers(driver: int) -> list[int]:
+    """The Ray Train workers below a ray-train driver (Ray names them in their argv)."""
+    workers = []
+    for pid in descendants(driver):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
+                workers.append(pid)
+        except OSError:
+            continue
+    return sorted(workers)
+
+
+def second_process(output: Path, within: float = 240) -> int:
+    """The pid of rank/worker 1 of the run writing `output`, once it trains (a
+    ray-train run's second Ray Train worker: Ray starts them, slowly on 2 cores)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         time.sleep(1)
@@ -244,6 +274,9 @@ def second_process(output: Path, within: float = 90) -> int:
                 continue
             if any(mark in environ for mark in SECOND_PROCESS_MARKS):
                 return pid
+            workers = ray_train_workers(pid)
+            if len(workers) >= 2:
+                return workers[1]
     raise AssertionError("rank 1 never started")
 
 

@@ -19,6 +19,7 @@ torch_requirement=${TORCH_REQUIREMENT:-torch==2.13.0}
 numpy_requirement=${NUMPY_REQUIREMENT:-numpy<2}
 horovod_version=0.28.1
 deepspeed_version=0.19.8
+ray_version=2.60.0
 
 if [ ! -x "$venv/bin/python" ]; then
   echo "torch env: creating $venv with $python"
@@ -73,8 +74,17 @@ script=$(sha256sum "$0" | cut -c1-16)"
   "${pip[@]}" install "deepspeed==$deepspeed_version"  # its pure-Python dependencies
 fi
 
+# Ray Train (ray-train), in this environment: its workers run torch-ddp's
+# training function, so they need this torch. Its dependencies do not touch
+# torch; pyarrow is held at 22 because pyarrow 23+ needs NumPy 2 and this
+# environment keeps numpy<2 ("pyarrow requires NumPy 2.0 or newer, found 1.26.4").
+if ! "$venv/bin/python" -c "import ray, sys; sys.exit(ray.__version__ != '$ray_version')" 2>/dev/null; then
+  echo "torch env: ray[train]==$ray_version"
+  "${pip[@]}" install "ray[train]==$ray_version" "pyarrow==22.0.0" "$numpy_requirement"
+fi
+
 # The harness itself, editable, and its test tools (as in .venv-train).
 "${pip[@]}" install --no-deps -e .
 "${pip[@]}" install "nvidia-ml-py==13.615.71"  # trainscale.gpu_monitor, as in the train env
 "${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4"
-"$venv/bin/python" -c "import torch, horovod.torch, deepspeed; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__, '| deepspeed', deepspeed.__version__)" 2>&1 | tail -1
+"$venv/bin/python" -c "import torch, horovod.torch, deepspeed, ray; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__, '| deepspeed', deepspeed.__version__, '| ray', ray.__version__)" 2>&1 | tail -1

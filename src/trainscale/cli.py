@@ -294,7 +294,8 @@ def _drive(driver: str, settings: RunSettings, options: RunOptions) -> None:
             line = next((x for x in text.splitlines() if "emory" in x), text.splitlines()[0])
             raise OutOfMemory(line.strip()) from err
         raise
-    atomic_write_json(options.output, {**read_record(options.output), **timings})
+    if timings:  # a worker node's task has none: the head's driver writes them
+        atomic_write_json(options.output, {**read_record(options.output), **timings})
 
 
 def own_log_tail(lines: int = 30) -> str:

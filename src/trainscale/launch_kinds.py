@@ -187,6 +187,17 @@ class RayDriver(OneProcess):
 
     name = "ray"
     one_node = "python {script}   # Ray starts a local instance"
+
+    def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
+        # One task per node (processes_per_node): each starts its node's Ray,
+        # the first the head, at a port of this job's own (slurm_port_base + 1:
+        # torch's rendezvous takes the base); one token for the whole cluster.
+        import secrets
+
+        port = slurm.slurm_port_base(os.environ["SLURM_JOB_ID"]) + 1
+        head = f"{slurm.job_hosts()[0]}:{port}"
+        return [], {"TRAINSCALE_RAY_HEAD": head, "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+
     two_nodes = (
         "ray start --head --port=6379 (node1); ray start --address=node1:6379 "
         "(node2); python {script} (node1)"

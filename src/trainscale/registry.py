@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from trainscale.launch_kinds import (
-    RAY,
     DEEPSPEED,
     HOROVOD,
     MULTIWORKER,
     ONE_PROCESS,
+    RAY,
     TORCHRUN,
     LaunchKind,
 )
@@ -313,9 +313,6 @@ REGISTRY = (
         knobs=DDP_KNOBS,
         compared_with="horovod",
         traffic=_all_reduce("ddp_compression"),
-        # Its SLURM start (ray symmetric-run, or a head and a worker per node
-        # through srun) is not built yet: one node until it is.
-        one_node=True,
         driver="trainscale.torch_ray:drive",
     ),
     FrameworkSpec(

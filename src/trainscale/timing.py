@@ -60,6 +60,9 @@ class BlockTimes:
         step_ms = np.asarray(self.seconds) / self.steps_per_block * 1000.0
         return {
             "images_per_sec": {**mean_std(totals), "samples": [float(x) for x in totals]},
+            # Every process's own rate per block (processes x blocks): the
+            # samples above are their sums, so no worker's rate goes missing.
+            "process_images_per_sec": [[float(x) for x in column] for column in rates.T],
             "per_replica_images_per_sec": mean_std(per_replica),
             "step_time_ms": {
                 "mean": float(step_ms.mean()),

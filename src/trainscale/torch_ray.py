@@ -22,6 +22,9 @@ import dataclasses
 import os
 import secrets
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -55,69 +58,127 @@ def _worker(config: dict) -> None:
     train(RunSettings(**config["settings"]), RunOptions(**config["options"]))
 
 
-def _ray_folder(output: str) -> tuple[str, str | None]:
-    """The run's own folder for Ray (beside its record), and the short link to
-    it that Ray is given when the folder's path is too long for its sockets."""
-    folder = os.path.abspath(os.path.splitext(output)[0] + ".ray")
+def _ray_folder(output: str, node_id: int) -> tuple[str, str | None]:
+    """The run's own folder for Ray on this node (beside its record), and the
+    short link to it that Ray is given when the path is too long for its sockets."""
+    folder = os.path.abspath(os.path.splitext(output)[0] + f".ray{node_id}")
     os.makedirs(folder, exist_ok=True)
     if len(folder) <= _RAY_TEMP_MAX:
         return folder, None
-    link = os.path.join(tempfile.gettempdir(), f"ts-ray-{os.getpid()}")
+    # The temp folder if its path is short (TMPDIR may be long), else /tmp.
+    temp = tempfile.gettempdir()
+    link = os.path.join(temp if len(temp) <= 16 else "/tmp", f"ts-ray-{os.getpid()}")
     if os.path.lexists(link):
         os.unlink(link)
     os.symlink(folder, link)
     return folder, link
 
 
+def _trainer(settings, options, folder: str):
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    return TorchTrainer(
+        _worker,
+        train_loop_config={
+            "settings": dataclasses.asdict(settings),
+            "options": dataclasses.asdict(options),
+        },
+        torch_config=TorchConfig(
+            backend="nccl" if settings.device == "gpu" else "gloo",
+            timeout_s=int(options.collective_timeout or 1800),
+        ),
+        scaling_config=ScalingConfig(
+            num_workers=settings.replicas, use_gpu=settings.device == "gpu"
+        ),
+        run_config=RunConfig(
+            name="trainscale",
+            storage_path=os.path.join(folder, "results"),
+            failure_config=FailureConfig(max_failures=0),
+        ),
+    )
+
+
+def _start_node(settings, temp: str, head: str, is_head: bool) -> subprocess.Popen:
+    """`ray start --block` for this SLURM node: the head (on the job's first
+    node, at the job's own port) or a worker joining it. --block keeps Ray's
+    processes its children, and it stops them on SIGTERM."""
+    host, port = head.rsplit(":", 1)
+    common = [
+        "--block", f"--temp-dir={temp}", "--disable-usage-stats",
+        f"--num-cpus={settings.gpus_per_node + (1 if is_head else 0)}",
+        f"--num-gpus={settings.gpus_per_node if settings.device == 'gpu' else 0}",
+    ]  # fmt: skip
+    if is_head:
+        where = [f"--node-ip-address={socket.gethostbyname(host)}", f"--port={port}"]
+        command = ["start", "--head", *where, "--include-dashboard=false", *common]
+    else:
+        command = ["start", f"--address={head}", *common]
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    # A worker node whose head is gone stops after 10 s, not Ray's 60.
+    env = {**os.environ, "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
+    return subprocess.Popen([ray, *command], env=env, stdout=sys.stderr)
+
+
+def _wait_for_nodes(count: int, within: float = 300) -> None:
+    import ray
+
+    deadline = time.monotonic() + within
+    while sum(node["Alive"] for node in ray.nodes()) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Ray: {count} node(s) did not join within {within:.0f} s")
+        time.sleep(1)
+
+
 def drive(settings, options) -> dict:
     """Start Ray, run the workers, stop Ray; returns the record's Ray part.
 
+    Here: a private local instance (ray.init). Under SLURM (TRAINSCALE_RAY_HEAD,
+    set by the launch kind's srun step): a head on the job's first node and a
+    worker node on each other, each a `ray start --block` of this step's task,
+    as Ray's SLURM guide starts them; the driver runs on the head's node.
     Raises the first worker's error (an OutOfMemory included) when the run fails.
     """
     import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
 
     started = time.perf_counter()
     output = os.path.abspath(options.output)
     settings = dataclasses.replace(settings, data_dir=os.path.abspath(settings.data_dir))
-    options = dataclasses.replace(options, output=output)
-    folder, link = _ray_folder(output)
+    # Ray Train runs each worker in a folder of its own: every path absolute.
+    weights = options.save_weights and os.path.abspath(options.save_weights)
+    options = dataclasses.replace(options, output=output, save_weights=weights)
+    head = os.environ.get("TRAINSCALE_RAY_HEAD")
+    node_id = int(os.environ.get("SLURM_NODEID", 0)) if head else 0
+    folder, link = _ray_folder(output, node_id)
     # Ray's token auth (on by default) would keep its token in ~/.ray: given
-    # in the environment, the private instance has one and no file is written.
+    # in the environment, the instance has one and no file is written.
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    temp = os.path.join(link or folder, "tmp")
+    node = None
     try:
-        ray.init(
-            num_cpus=settings.replicas + 1,
-            num_gpus=settings.replicas if settings.device == "gpu" else 0,
-            include_dashboard=False,
-            _temp_dir=os.path.join(link or folder, "tmp"),
-            log_to_driver=True,
-        )
+        if head:
+            node = _start_node(settings, temp, head, is_head=node_id == 0)
+            if node_id != 0:
+                node.wait()  # until the head goes: the driver's run is over
+                return {}
+            ray.init(address=head)
+            _wait_for_nodes(settings.nodes)
+        else:
+            ray.init(
+                num_cpus=settings.replicas + 1,
+                num_gpus=settings.replicas if settings.device == "gpu" else 0,
+                include_dashboard=False,
+                _temp_dir=temp,
+                log_to_driver=True,
+            )
         cluster_started = time.perf_counter()
-        trainer = TorchTrainer(
-            _worker,
-            train_loop_config={
-                "settings": dataclasses.asdict(settings),
-                "options": dataclasses.asdict(options),
-            },
-            torch_config=TorchConfig(
-                backend="nccl" if settings.device == "gpu" else "gloo",
-                timeout_s=int(options.collective_timeout or 1800),
-            ),
-            scaling_config=ScalingConfig(
-                num_workers=settings.replicas, use_gpu=settings.device == "gpu"
-            ),
-            run_config=RunConfig(
-                name="trainscale",
-                storage_path=os.path.join(folder, "results"),
-                failure_config=FailureConfig(max_failures=0),
-            ),
-        )
-        trainer.fit()
+        _trainer(settings, options, folder).fit()
         finished = time.perf_counter()
     finally:
         ray.shutdown()
+        if node is not None and node.poll() is None:
+            node.terminate()
+            node.wait(timeout=60)
         if link:
             os.unlink(link)
         # Nothing of Ray's stays beside the record: its session holds JSON
@@ -125,11 +186,12 @@ def drive(settings, options) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
     return {
         "ray": {
-            # ray.init: the local instance's processes up.
+            # The cluster up: ray.init's local instance, or every node joined.
             "cluster_start_seconds": cluster_started - started,
             # TorchTrainer.fit: the worker group's start, then the workers' runs.
             "fit_seconds": finished - cluster_started,
             "driver_seconds": time.perf_counter() - started,
             "ray_version": ray.__version__,
+            "nodes": settings.nodes,
         }
     }

@@ -13,6 +13,8 @@ def test_totals_are_sums_over_processes_not_rank0_times_size():
     assert blocks.add(0.25, [400.0, 200.0]) == 600.0
     summary = blocks.summary()
     assert summary["images_per_sec"]["samples"] == [300.0, 600.0]
+    # Each process's own rates are kept: the totals are their sums.
+    assert summary["process_images_per_sec"] == [[200.0, 400.0], [100.0, 200.0]]
     assert summary["images_per_sec"]["mean"] == 450.0
     assert summary["images_per_sec"]["std"] == pytest.approx(np.std([300, 600], ddof=1))
     assert summary["per_replica_images_per_sec"]["mean"] == 225.0

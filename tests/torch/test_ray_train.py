@@ -1,0 +1,72 @@
+"""ray-train for real: a private Ray instance, two Ray Train workers running
+torch-ddp's training function, every worker's rate in the record, and nothing
+left behind (temp folder, home folder, process table). Its other cases come
+from the registry: equivalence (test_equivalence.py), a killed worker
+(test_failures.py), the examples, the local and SLURM studies."""
+
+import getpass
+import glob
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from runs import load_json, trainscale
+
+# Every Ray start here is one Ray instance start (~10 s) and one worker group's.
+pytestmark = pytest.mark.xdist_group("ray")
+
+TWO_WORKERS = [
+    "--framework", "ray-train", "--gpus-per-node", "2", "--device", "cpu",
+    "--model", "small_cnn", "--dataset", "synthetic", "--image-size", "32",
+    "--batch-size", "16", "--warmup-steps", "2", "--iterations", "3",
+    "--steps-per-iteration", "5",
+]  # fmt: skip
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes whose environment carries `mark` (the run's, and what it started)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path):
+    home, temp, runs = tmp_path / "home", tmp_path / "tmp", tmp_path / "runs"
+    for folder in (home, temp, runs):
+        folder.mkdir()
+    mark = f"TRAINSCALE_TEST_MARK_{uuid.uuid4().hex}"
+    output = runs / "ray.json"
+    env = {"HOME": str(home), "TMPDIR": str(temp), mark: "1"}
+    links_before = set(glob.glob("/tmp/ts-ray-*"))
+    result = trainscale("run", *TWO_WORKERS, "--output", str(output), env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = load_json(output)
+    assert record["status"] == "ok" and record["framework"] == "ray-train"
+    # Two Ray Train workers, each a torch.distributed rank of DDP.
+    assert record["processes"] == 2 and record["replicas"] == 2
+    assert len(record["provenance"]["processes"]) == 2
+    per_process = record["process_images_per_sec"]
+    assert len(per_process) == 2 and all(rate > 0 for rates in per_process for rate in rates)
+    sums = [a + b for a, b in zip(*per_process, strict=True)]
+    assert record["images_per_sec"]["samples"] == pytest.approx(sums)
+    # Ray's start-up is recorded apart from the timed blocks.
+    ray = record["ray"]
+    assert ray["ray_version"] == "2.60.0"
+    assert 0 < ray["cluster_start_seconds"] < ray["driver_seconds"]
+    assert ray["fit_seconds"] > record["timed_seconds"]
+    print(f"ray-train, 2 workers: {ray}")
+    # Nothing left: the temp and home folders as they were, only the record
+    # beside itself, and no process of the run alive.
+    # torch's own compile cache (torchinductor_<user>) is made by torch-ddp's
+    # runs as well: it is torch's, not Ray's.
+    left = set(os.listdir(temp)) - {f"torchinductor_{getpass.getuser()}"}
+    assert left == set() and sorted(os.listdir(home)) == []
+    assert set(glob.glob("/tmp/ts-ray-*")) == links_before  # Ray's short link, removed
+    assert sorted(os.listdir(runs)) == ["ray.json"]
+    assert _marked(mark) == []
