@@ -364,6 +364,9 @@ def run_example(framework: str, *script_args: str, timeout: float = 600):
     )
     # horovodrun prefixes each rank's lines with "[rank]<stdout>:".
     stdout = re.sub(r"^\[\d+\]<stdout>:", "", result.stdout, flags=re.M)
+    # Ray prefixes a worker's lines: "(RayTrainWorker pid=N) step 1/2: ...".
+    ray_prefix = r"^(\x1b\[\d+m)?\(\w+ pid=\d+(, ip=[\d.]+)?\)(\x1b\[0m)? "
+    stdout = re.sub(ray_prefix, "", stdout, flags=re.M)
     losses = [float(v) for v in re.findall(r"^step \d+/\d+: loss (\S+)$", stdout, re.M)]
     return losses, stdout
 

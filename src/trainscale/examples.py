@@ -51,6 +51,5 @@ def example_plan(
     spec = framework_spec(framework)
     command = [sys.executable, example_path(framework, examples_dir), *arguments]
     processes = spec.launch.processes_per_node(replicas, device)
-    if device == "cpu" and processes == 1 and replicas > 1:
-        command += ["--cpu-replicas", str(replicas)]
+    command += spec.launch.example_arguments(replicas, device)
     return spec.launch.local_plan(processes, command, launch_settings)

@@ -83,6 +83,13 @@ class LaunchKind:
         options, env = self.slurm_step(settings)
         return [([*srun, *options, *train_command], env)]
 
+    def example_arguments(self, replicas: int, device: str) -> list[str]:
+        """What an example is told of its replicas beyond its processes: a
+        one-process framework mirrors N CPU replicas only when told."""
+        if device == "cpu" and self.processes_per_node(replicas, device) == 1 and replicas > 1:
+            return ["--cpu-replicas", str(replicas)]
+        return []
+
     def user_commands(self, script: str) -> tuple[str, str]:
         return self.one_node.format(script=script), self.two_nodes.format(script=script)
 
@@ -180,6 +187,11 @@ class TorchDistributed(LaunchKind):
         return [], slurm.torch_rendezvous()
 
 
+# Ray Train 2.60's print patch sends each worker's print to the driver twice
+# (the patched print and the worker's output stream): one copy is enough.
+QUIET_RAY = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+
+
 class RayDriver(OneProcess):
     """One process here, Ray's driver: it starts a private Ray instance and
     Ray starts the workers, one per replica, as its own children (trainscale.
@@ -187,6 +199,12 @@ class RayDriver(OneProcess):
 
     name = "ray"
     one_node = "python {script}   # Ray starts a local instance"
+
+    def example_arguments(self, replicas: int, device: str) -> list[str]:
+        return ["--workers", str(replicas)]  # Ray starts them, on CPUs or GPUs
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        return [(command, QUIET_RAY)]
 
     def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
         # One task per node (processes_per_node): each starts its node's Ray,
@@ -196,7 +214,8 @@ class RayDriver(OneProcess):
 
         port = slurm.slurm_port_base(os.environ["SLURM_JOB_ID"]) + 1
         head = f"{slurm.job_hosts()[0]}:{port}"
-        return [], {"TRAINSCALE_RAY_HEAD": head, "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+        token = secrets.token_hex(32)
+        return [], {"TRAINSCALE_RAY_HEAD": head, "RAY_AUTH_TOKEN": token, **QUIET_RAY}
 
     two_nodes = (
         "ray start --head --port=6379 (node1); ray start --address=node1:6379 "
