@@ -12,8 +12,8 @@ the driver. Fault tolerance off: a lost worker ends the run.
     ray start --head --port=6379 (node1); ray start --address=node1:6379 (node2)
     python torch_ray.py --data-dir DIR --workers 8 --address auto   # on node1
 
-concepts: process group, rank and size, device pinning, data sharding,
-gradient all-reduce, cross-replica reduction, driver and workers
+concepts: process group, rank and size, device pinning, data sharding, gradient all-reduce,
+cross-replica reduction, cluster set-up, training engine
 """
 
 import argparse

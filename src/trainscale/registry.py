@@ -312,6 +312,14 @@ REGISTRY = (
         # Its workers run torch-ddp's step: DDP's knobs are its knobs too.
         knobs=DDP_KNOBS,
         compared_with="horovod",
+        # Ray joins the process group itself; the example asks Ray for the
+        # rest (ScalingConfig, get_device, prepare_model, TorchTrainer).
+        concept_evidence=(
+            ("cluster set-up", ("ScalingConfig",)),
+            ("device pinning", ("get_device",)),
+            ("gradient all-reduce", ("prepare_model",)),
+            ("training engine", ("TorchTrainer",)),
+        ),
         traffic=_all_reduce("ddp_compression"),
         driver="trainscale.torch_ray:drive",
     ),

@@ -41,6 +41,22 @@ def check(config):
     return check_config(config, root=REPO)
 
 
+def test_only_a_cache_may_name_a_framework_trainscale_does_not_run():
+    # Seed 004 cached Ray Train before trainscale ran it: a cache's records are
+    # read, never produced, so its grid may name any framework (safe names only).
+    config = base()
+    config["grid"]["framework"] = ["horovod", "caffe2"]
+    cached = config_schema(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml"), True)
+    validate_config(copy.deepcopy(config), cached)
+    assert {p.framework for p in check_config(config, root=REPO, cached=True)} == {
+        "horovod",
+        "caffe2",
+    }
+    config["grid"]["framework"] = ["horovod", "caffe2; rm -rf /"]
+    with pytest.raises(ConfigError, match="grid.framework"):
+        check_schema(config, cached)
+
+
 def test_the_base_config_is_valid():
     assert len(check(base())) == 5  # horovod on n1g1, n1g2, n2g1, n2g2 + tf-single
 
@@ -94,10 +110,10 @@ BAD = [
         "config key grid.framework[1]: 'pytorch' is not one of",
     ),
     (
-        # Only a cached study may name it (results/seed004; tests/workflow/test_seed004.py).
+        # Only a cached study may name one (test_only_a_cache_may_name_...).
         "a framework trainscale does not run, in a study it would train",
-        edit(["grid", "framework"], ["horovod", "ray-train"]),
-        "config key grid.framework[1]: 'ray-train' is not one of",
+        edit(["grid", "framework"], ["horovod", "caffe2"]),
+        "config key grid.framework[1]: 'caffe2' is not one of",
     ),
     (
         "no data set in benchmark or the grid",

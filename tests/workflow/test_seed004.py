@@ -71,7 +71,7 @@ def test_the_accuracy_table_is_the_seeds_three_tables_cell_for_cell(rebuilt):
     table = pd.read_csv(os.path.join(repo, "results/seed004/tables/accuracy.csv"))
     cells = seed_cells()
     assert len(table) == len(cells) == 16
-    labels = {"Horovod (PyTorch)": "horovod-torch", "ray-train": "ray-train"}
+    labels = {"Horovod (PyTorch)": "horovod-torch", "Ray Train": "ray-train"}
     for row in table.itertuples():
         system = dict(pair.split("=") for pair in row.panel_knobs.split(","))["system"]
         printed = cells[(labels[row.framework], row.model, row.dataset, system, row.gpus)]
@@ -140,6 +140,6 @@ def test_the_ready_study_reproduces_the_seeds_grid_with_trainscale_frameworks():
              for p in points}  # fmt: skip
     seed = {(m, d, 32, 1, g) for m, d in ROWS.values() for g in (1, 2)}
     assert cells == seed
-    assert {p.framework for p in points} == {"horovod-torch", "torch-ddp"}
+    assert {p.framework for p in points} == {"ray-train", "horovod-torch", "torch-ddp"}
     assert config["reference"] == "seed004" and config["benchmark"]["mode"] == "accuracy"
     assert config["benchmark"]["image_size"] == cached["benchmark"]["image_size"] == 28
