@@ -46,11 +46,15 @@ def timed_block(step, steps: int, images: int):
 
 
 def run_framework(
-    settings: RunSettings, framework: str, output: str, python: str = sys.executable
+    settings: RunSettings,
+    framework: str,
+    output: str,
+    python: str = sys.executable,
+    replicas: int = 1,
 ) -> dict:
-    """One `trainscale run` of `framework` with one replica, timed from outside,
-    by `python` (the environment the framework runs from)."""
-    one = dataclasses.replace(settings, framework=framework, gpus_per_node=1, nodes=1)
+    """One `trainscale run` of `framework` with `replicas` replicas on this node,
+    timed from outside, by `python` (the environment the framework runs from)."""
+    one = dataclasses.replace(settings, framework=framework, gpus_per_node=replicas, nodes=1)
     command = [python, "-m", "trainscale", "run", *one.to_cli_args(), "--output", output]
     start = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True, text=True)
@@ -68,6 +72,7 @@ def run_framework(
         # What the launcher adds around it (mpirun, local workers, the record).
         "wall_outside_timed_seconds": wall - record["timed_seconds"],
         "startup_seconds": record["startup_seconds"],
+        "record": {"ray": record.get("ray")},
     }
 
 

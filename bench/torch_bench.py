@@ -26,7 +26,7 @@ import tempfile
 
 import torch
 import torch.nn.functional as F
-from common import harness_against, one_replica_each
+from common import harness_against, median, one_replica_each, ratio_interval, run_framework
 
 from trainscale.registry import REGISTRY
 from trainscale.settings import RunOptions, RunSettings
@@ -72,6 +72,36 @@ def step_cost(framework: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def ray_against_ddp(settings: RunSettings, workers: int, work: str) -> dict:
+    """ray-train against torch-ddp at `workers` replicas: whole `trainscale run`s
+    alternating, two rounds; the timed blocks' images/sec (medians over every
+    block) and the whole run's wall time, where Ray's start-up shows."""
+    runs = {"ray-train": [], "torch-ddp": []}
+    for _ in range(2):
+        for name in runs:
+            output = os.path.join(work, f"{name}-{workers}.json")
+            runs[name].append(run_framework(settings, name, output, replicas=workers))
+            print(f"bench: {name} {workers} worker(s): {runs[name][-1]}", file=sys.stderr)
+
+    def blocks(name):
+        return [x for run in runs[name] for x in run["block_rates"]]
+
+    def walls(name):
+        return [run["wall_seconds"] for run in runs[name]]
+
+    return {
+        "ray_train_images_per_sec": median(blocks("ray-train")),
+        "torch_ddp_images_per_sec": median(blocks("torch-ddp")),
+        "ratio": median(blocks("ray-train")) / median(blocks("torch-ddp")),
+        "ratio_interval_95": ratio_interval(blocks("ray-train"), blocks("torch-ddp")),
+        "ray_train_wall_seconds": median(walls("ray-train")),
+        "torch_ddp_wall_seconds": median(walls("torch-ddp")),
+        "wall_ratio": median(walls("ray-train")) / median(walls("torch-ddp")),
+        "ray_startup": [run["record"].get("ray") for run in runs["ray-train"]],
+        "samples": runs,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
@@ -105,7 +135,13 @@ def main() -> None:
     # torch-single first: every ratio is against it.
     frameworks = tuple(spec.name for spec in REGISTRY if spec.ecosystem == "torch")
     results["one_replica"] = one_replica_each(synthetic, frameworks, work)
-    results["one_replica_step"] = {name: step_cost(name) for name in frameworks[1:]}
+    # ray-train's step is torch-ddp's (the same backend in a Ray worker): in one
+    # process there is nothing of Ray's to measure.
+    stepped = [name for name in frameworks[1:] if name != "ray-train"]
+    results["one_replica_step"] = {name: step_cost(name) for name in stepped}
+    results["ray_train_vs_ddp"] = {
+        workers: ray_against_ddp(synthetic, workers, work) for workers in (1, 2)
+    }
     results["settings"] = {"model": "vgg16/small_cnn", "batch_size": 32, "image_size": 32}
     results["settings"].update(measure)
     results["torch"] = torch.__version__
