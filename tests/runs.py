@@ -395,3 +395,18 @@ def harness_synthetic_loss(framework: str, output: Path) -> float:
         timeout=600,
     )
     return load_json(output)["final_loss"]
+
+
+def memory_cgroup(limit_mb: int):
+    """A cgroup v1 memory group of our own with a hard limit (root only), or None."""
+    folder = Path("/sys/fs/cgroup/memory") / f"trainscale-test-{os.getpid()}"
+    try:
+        folder.mkdir()
+    except OSError:
+        return None
+    limit = str(limit_mb * 1024 * 1024)
+    (folder / "memory.limit_in_bytes").write_text(limit)
+    swap = folder / "memory.memsw.limit_in_bytes"  # RAM + swap: no escape into swap
+    if swap.exists():
+        swap.write_text(limit)
+    return folder

@@ -256,11 +256,13 @@ def mark_first_to_die() -> None:
 def _train(settings: RunSettings, options: RunOptions) -> int:
     from trainscale.training import OutOfMemory, train
 
-    mark_first_to_die()
+    spec = framework_spec(settings.framework)
+    # A driver (Ray's) is a launcher of its workers: they, not it, go first.
+    if not spec.driver:
+        mark_first_to_die()
     if options.collective_timeout:
         # Horovod's Gloo reads its timeout from its own variable, in hvd.init().
         os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, round(options.collective_timeout)))
-    spec = framework_spec(settings.framework)
     try:
         if spec.driver:
             _drive(spec.driver, settings, options)

@@ -52,9 +52,11 @@ class RayTrainDDP(DistributedDataParallel):
 
 def _worker(config: dict) -> None:
     """One Ray Train worker: trainscale's training function, as torch-ddp's ranks run it."""
+    from trainscale.cli import mark_first_to_die
     from trainscale.settings import RunOptions, RunSettings
     from trainscale.training import train
 
+    mark_first_to_die()  # the kernel's first choice, as every rank of torch-ddp is
     train(RunSettings(**config["settings"]), RunOptions(**config["options"]))
 
 

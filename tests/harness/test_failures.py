@@ -7,11 +7,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from conftest import TRAINSCALE, load_json, trainscale
-from runs import assert_a_killed_rank_ends_the_run, processes_writing, second_process, start_run
+from runs import (
+    assert_a_killed_rank_ends_the_run,
+    memory_cgroup,
+    processes_writing,
+    second_process,
+    start_run,
+)
 
 from trainscale.supervision import OOM_SIGNS, ProcessTree, stop_all
 
@@ -80,21 +85,6 @@ def test_out_of_memory_is_a_recorded_outcome(tmp_path, framework, replicas, cap_
     assert record["images_per_sec"] is None  # no number for what was not measured
     assert record["elapsed_seconds"] > 0
     assert "OOM after" in result.stdout
-
-
-def memory_cgroup(limit_mb: int):
-    """A cgroup v1 memory group of our own with a hard limit (root only), or None."""
-    folder = Path("/sys/fs/cgroup/memory") / f"trainscale-test-{os.getpid()}"
-    try:
-        folder.mkdir()
-    except OSError:
-        return None
-    limit = str(limit_mb * 1024 * 1024)
-    (folder / "memory.limit_in_bytes").write_text(limit)
-    swap = folder / "memory.memsw.limit_in_bytes"  # RAM + swap: no escape into swap
-    if swap.exists():
-        swap.write_text(limit)
-    return folder
 
 
 def test_a_kernel_oom_kill_in_a_memory_cgroup_is_a_recorded_outcome(tmp_path):
