@@ -105,7 +105,11 @@ DIGITS_FILES = [
     for prefix in ("train", "t10k")
     for kind in ("images-idx3", "labels-idx1")
 ]
-if config["benchmark"]["dataset"] == "digits":
+# The grid points trainscale runs (a cached study may name other frameworks),
+# and the data sets they read: benchmark.dataset, or the grid's dataset axis.
+RUNNABLE = [p for p in POINTS if p.framework in FRAMEWORKS]
+READ_DATASETS = {run_settings(config, p).dataset for p in RUNNABLE}
+if "digits" in READ_DATASETS:
     GENERATED_DATA = DIGITS_FILES[0]
 elif config["benchmark"].get("generate_cifar100_images"):
     GENERATED_DATA = f"{DATA_DIR}/cifar-100-python.tar.gz"
@@ -182,8 +186,7 @@ FIGURES = [
 
 # The refactoring analysis: the study's frameworks and each one's
 # single-device base (what its example changes), in table order. Only
-# trainscale's own have examples (a cached study may name others).
-RUNNABLE = [p for p in POINTS if p.framework in FRAMEWORKS]
+# trainscale's own have examples (RUNNABLE).
 REFACTORED = sorted(
     {p.framework for p in RUNNABLE} | {base_of(p.framework) for p in RUNNABLE},
     key=table_order,
