@@ -62,6 +62,9 @@ class LaunchKind:
     # {script} for the example ("" where the framework spans no nodes).
     one_node = "python {script}"
     two_nodes = ""
+    # Which host runs which rank: srun's task order (node by node), unless
+    # the framework's own scheduler places its workers (Ray).
+    ranks_in_task_order = True
 
     def processes_per_node(self, gpus_per_node: int, device: str) -> int:
         """How many OS processes one node runs for G GPUs (replicas) per node."""
@@ -199,6 +202,7 @@ class RayDriver(OneProcess):
 
     name = "ray"
     one_node = "python {script}   # Ray starts a local instance"
+    ranks_in_task_order = False  # Ray Train orders its workers itself
 
     def example_arguments(self, replicas: int, device: str) -> list[str]:
         return ["--workers", str(replicas)]  # Ray starts them, on CPUs or GPUs

@@ -22,6 +22,7 @@ import dataclasses
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -101,6 +102,16 @@ def _trainer(settings, options, folder: str):
     )
 
 
+def _head_address(head: str) -> str:
+    """host:port as IP:port, resolved as the system does (/etc/hosts first).
+    Ray's gRPC resolves names with its own DNS client (c-ares): in the SLURM
+    lab, whose nodes are /etc/hosts names, a join at node1:port waited for the
+    GCS until it timed out, at 10.99.0.11:port it joined (Ray 2.60). Ray's
+    SLURM guide also hands the nodes the head's IP."""
+    host, port = head.rsplit(":", 1)
+    return f"{socket.gethostbyname(host)}:{port}"
+
+
 def _start_node(settings, temp: str, head: str, is_head: bool) -> subprocess.Popen:
     """`ray start --block` for this SLURM node: the head (on the job's first
     node, at the job's own port) or a worker joining it. --block keeps Ray's
@@ -108,17 +119,25 @@ def _start_node(settings, temp: str, head: str, is_head: bool) -> subprocess.Pop
     host, port = head.rsplit(":", 1)
     common = [
         "--block", f"--temp-dir={temp}", "--disable-usage-stats",
-        f"--num-cpus={settings.gpus_per_node + (1 if is_head else 0)}",
+        # One CPU per replica the node runs, and no more: Ray packs workers
+        # (PACK), and a spare CPU on the head would take a second node's worker.
+        f"--num-cpus={settings.gpus_per_node}",
         f"--num-gpus={settings.gpus_per_node if settings.device == 'gpu' else 0}",
     ]  # fmt: skip
     if is_head:
-        where = [f"--node-ip-address={socket.gethostbyname(host)}", f"--port={port}"]
+        where = [f"--node-ip-address={host}", f"--port={port}"]
         command = ["start", "--head", *where, "--include-dashboard=false", *common]
     else:
         command = ["start", f"--address={head}", *common]
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
-    # A worker node whose head is gone stops after 10 s, not Ray's 60.
-    env = {**os.environ, "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
+    env = {
+        **os.environ,
+        # A worker node whose head is gone stops after 10 s, not Ray's 60.
+        "RAY_gcs_rpc_server_reconnect_timeout_s": "10",
+        # On SIGTERM Ray drains the node for 30 s (for Ray Serve's proxies)
+        # before it stops: longer than SLURM's KillWait before its SIGKILL.
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+    }
     return subprocess.Popen([ray, *command], env=env, stdout=sys.stderr)
 
 
@@ -132,6 +151,46 @@ def _wait_for_nodes(count: int, within: float = 300) -> None:
         time.sleep(1)
 
 
+def _absolute_paths(settings, options):
+    """Ray Train runs each worker in a folder of its own: every path absolute."""
+    weights = options.save_weights and os.path.abspath(options.save_weights)
+    options = dataclasses.replace(
+        options, output=os.path.abspath(options.output), save_weights=weights
+    )
+    return dataclasses.replace(settings, data_dir=os.path.abspath(settings.data_dir)), options
+
+
+def _token_auth() -> None:
+    """Ray's token auth (on by default for a local instance) would keep its
+    token in ~/.ray: given in the environment, no file is written. The mode
+    is said too: without it a driver joining a running cluster sends no
+    token (Ray 2.60: "Missing authorization header in request!")."""
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _wait_for_head(node: subprocess.Popen, head: str, within: float = 300) -> None:
+    """Until the head's GCS port answers: a driver started first would spend
+    ray.init's own short patience (about 20 s) on a head still starting."""
+    host, port = head.rsplit(":", 1)
+    deadline = time.monotonic() + within
+    while True:
+        if node.poll() is not None:
+            raise RuntimeError(f"Ray's head exited with {node.returncode} before it served")
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError as error:
+            if time.monotonic() > deadline:
+                message = f"Ray's head at {head} did not serve within {within:.0f} s"
+                raise RuntimeError(message) from error
+            time.sleep(0.5)
+
+
 def drive(settings, options) -> dict:
     """Start Ray, run the workers, stop Ray; returns the record's Ray part.
 
@@ -141,33 +200,32 @@ def drive(settings, options) -> dict:
     as Ray's SLURM guide starts them; the driver runs on the head's node.
     Raises the first worker's error (an OutOfMemory included) when the run fails.
     """
-    import ray
-
     started = time.perf_counter()
-    output = os.path.abspath(options.output)
-    settings = dataclasses.replace(settings, data_dir=os.path.abspath(settings.data_dir))
-    # Ray Train runs each worker in a folder of its own: every path absolute.
-    weights = options.save_weights and os.path.abspath(options.save_weights)
-    options = dataclasses.replace(options, output=output, save_weights=weights)
+    settings, options = _absolute_paths(settings, options)
     head = os.environ.get("TRAINSCALE_RAY_HEAD")
     node_id = int(os.environ.get("SLURM_NODEID", 0)) if head else 0
-    folder, link = _ray_folder(output, node_id)
-    # Ray's token auth (on by default) would keep its token in ~/.ray: given
-    # in the environment, the instance has one and no file is written.
-    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    folder, link = _ray_folder(options.output, node_id)
+    _token_auth()
+    import ray  # after _token_auth: Ray reads its auth mode once, on import
+
     temp = os.path.join(link or folder, "tmp")
     node = None
+    # srun ends a step's other tasks with SIGTERM when one fails: unwinding
+    # through `finally` stops this node's Ray and removes its folder.
+    previous_handler = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         if head:
+            head = _head_address(head)
             node = _start_node(settings, temp, head, is_head=node_id == 0)
             if node_id != 0:
                 node.wait()  # until the head goes: the driver's run is over
                 return {}
+            _wait_for_head(node, head)
             ray.init(address=head)
             _wait_for_nodes(settings.nodes)
         else:
             ray.init(
-                num_cpus=settings.replicas + 1,
+                num_cpus=settings.replicas,  # Train V2's controller asks none
                 num_gpus=settings.replicas if settings.device == "gpu" else 0,
                 include_dashboard=False,
                 _temp_dir=temp,
@@ -183,6 +241,7 @@ def drive(settings, options) -> dict:
             node.wait(timeout=60)
         if link:
             os.unlink(link)
+        signal.signal(signal.SIGTERM, previous_handler)
         # Nothing of Ray's stays beside the record: its session holds JSON
         # files that a study's runs/ folder must not.
         shutil.rmtree(folder, ignore_errors=True)
