@@ -12,7 +12,9 @@ object on stdout. As bench/harness_bench.py does for TensorFlow:
 3. seconds from process start to the first timed step, per framework;
 4. where a one-replica run's cost goes: each framework's step against
    torch-single's in one process, interleaved, and the operators whose time
-   grew (bench/one_replica_step.py, a process per framework).
+   grew (bench/one_replica_step.py, a process per framework);
+5. ray-train against torch-ddp at 1 and 2 workers, whole runs alternating
+   (alone: `.venv-torch/bin/python bench/torch_bench.py --only ray-train`).
 """
 
 from __future__ import annotations
@@ -102,10 +104,17 @@ def ray_against_ddp(settings: RunSettings, workers: int, work: str) -> dict:
     }
 
 
+def ray_train_rows(settings: RunSettings, work: str) -> dict:
+    return {workers: ray_against_ddp(settings, workers, work) for workers in (1, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--only", choices=["ray-train"], help="one part: ray-train against torch-ddp"
+    )
     args = parser.parse_args()
 
     measure = dict(warmup_steps=2, iterations=4, steps_per_iteration=8, device=args.device)
@@ -132,6 +141,9 @@ def main() -> None:
         framework="torch-single", model="vgg16", batch_size=32, image_size=32,
         dataset="synthetic", **{**measure, "iterations": 8},
     )  # fmt: skip
+    if args.only == "ray-train":
+        json.dump({"ray_train_vs_ddp": ray_train_rows(synthetic, work)}, sys.stdout, indent=2)
+        return
     # torch-single first: every ratio is against it.
     frameworks = tuple(spec.name for spec in REGISTRY if spec.ecosystem == "torch")
     results["one_replica"] = one_replica_each(synthetic, frameworks, work)
@@ -139,9 +151,7 @@ def main() -> None:
     # process there is nothing of Ray's to measure.
     stepped = [name for name in frameworks[1:] if name != "ray-train"]
     results["one_replica_step"] = {name: step_cost(name) for name in stepped}
-    results["ray_train_vs_ddp"] = {
-        workers: ray_against_ddp(synthetic, workers, work) for workers in (1, 2)
-    }
+    results["ray_train_vs_ddp"] = ray_train_rows(synthetic, work)
     results["settings"] = {"model": "vgg16/small_cnn", "batch_size": 32, "image_size": 32}
     results["settings"].update(measure)
     results["torch"] = torch.__version__

@@ -410,3 +410,25 @@ def memory_cgroup(limit_mb: int):
     if swap.exists():
         swap.write_text(limit)
     return folder
+
+
+def check_a_torch_run(record, result, replicas):
+    """What every torch framework's run of small_cnn at 32 px records
+    (tests/torch: test_frameworks.py, and test_ray_train.py for Ray's)."""
+    import pytest
+
+    from trainscale.flops import KNOWN_TRAINABLE_PARAMETERS
+
+    assert record["status"] == "ok" and record["source"] == "measured"
+    assert record["replicas"] == record["processes"] == replicas
+    assert len(record["provenance"]["processes"]) == replicas
+    assert sorted(p["process"] for p in record["provenance"]["processes"]) == list(range(replicas))
+    assert record["provenance"]["torch"].startswith("2.13.0")
+    assert "tensorflow" not in record["provenance"]
+    # The total is the sum of every process's rate, each timed on its own blocks.
+    rate = record["images_per_sec"]["mean"]
+    assert rate == pytest.approx(record["per_replica_images_per_sec"]["mean"] * replicas)
+    assert record["training_flops_per_image"] > 0 and record["final_loss"] > 0
+    # Keras's count: the torch model is its twin (trainscale.predict reads it).
+    assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("small_cnn", 32)]
+    assert "images/sec total" in result.stdout

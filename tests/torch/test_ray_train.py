@@ -11,16 +11,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from runs import load_json, trainscale
+from runs import TINY, check_a_torch_run, load_json, trainscale
 
 # Every Ray start here is one Ray instance start (~10 s) and one worker group's.
 pytestmark = pytest.mark.xdist_group("ray")
 
+# test_frameworks.py's shape for every torch framework (its checks run here).
 TWO_WORKERS = [
-    "--framework", "ray-train", "--gpus-per-node", "2", "--device", "cpu",
-    "--model", "small_cnn", "--dataset", "synthetic", "--image-size", "32",
-    "--batch-size", "16", "--warmup-steps", "2", "--iterations", "3",
-    "--steps-per-iteration", "5",
+    "--framework", "ray-train", "--gpus-per-node", "2", "--model", "small_cnn",
+    "--batch-size", "16", *TINY,
 ]  # fmt: skip
 
 
@@ -36,7 +35,7 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
-def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path):
+def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path, cifar_dir):
     home, temp, runs = tmp_path / "home", tmp_path / "tmp", tmp_path / "runs"
     for folder in (home, temp, runs):
         folder.mkdir()
@@ -44,10 +43,12 @@ def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path):
     output = runs / "ray.json"
     env = {"HOME": str(home), "TMPDIR": str(temp), mark: "1"}
     links_before = set(glob.glob("/tmp/ts-ray-*"))
-    result = trainscale("run", *TWO_WORKERS, "--output", str(output), env=env, timeout=600)
+    command = [*TWO_WORKERS, "--data-dir", cifar_dir, "--output", str(output)]
+    result = trainscale("run", *command, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     record = load_json(output)
-    assert record["status"] == "ok" and record["framework"] == "ray-train"
+    assert record["framework"] == "ray-train"
+    check_a_torch_run(record, result, replicas=2)
     # Two Ray Train workers, each a torch.distributed rank of DDP.
     assert record["processes"] == 2 and record["replicas"] == 2
     assert len(record["provenance"]["processes"]) == 2
