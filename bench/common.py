@@ -57,8 +57,10 @@ def run_framework(
     one = dataclasses.replace(settings, framework=framework, gpus_per_node=replicas, nodes=1)
     command = [python, "-m", "trainscale", "run", *one.to_cli_args(), "--output", output]
     start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    if done.returncode != 0:  # what the run said, not only that it failed
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     with open(output) as handle:
         record = json.load(handle)
     return {

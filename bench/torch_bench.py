@@ -128,6 +128,13 @@ def main() -> None:
             dataset="synthetic", **measure,
         )  # fmt: skip
 
+    synthetic = RunSettings(
+        framework="torch-single", model="vgg16", batch_size=32, image_size=32,
+        dataset="synthetic", **{**measure, "iterations": 8},
+    )  # fmt: skip
+    if args.only == "ray-train":
+        json.dump({"ray_train_vs_ddp": ray_train_rows(synthetic, work)}, sys.stdout, indent=2)
+        return
     # Both steps return the loss on the device; a block ends by reading the
     # last one, as the harness's blocks do.
     results["harness_vs_plain_loop"] = harness_against(
@@ -137,13 +144,6 @@ def main() -> None:
         rounds,
     )
 
-    synthetic = RunSettings(
-        framework="torch-single", model="vgg16", batch_size=32, image_size=32,
-        dataset="synthetic", **{**measure, "iterations": 8},
-    )  # fmt: skip
-    if args.only == "ray-train":
-        json.dump({"ray_train_vs_ddp": ray_train_rows(synthetic, work)}, sys.stdout, indent=2)
-        return
     # torch-single first: every ratio is against it.
     frameworks = tuple(spec.name for spec in REGISTRY if spec.ecosystem == "torch")
     results["one_replica"] = one_replica_each(synthetic, frameworks, work)

@@ -78,8 +78,13 @@ def table1(combined: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.
             table[f"{series}_std"] = table["gpus"].map(mine["images_per_sec_std"])
             table[f"{series}_status"] = table["gpus"].map(mine["status"])
             framework = series.partition(" ")[0]
+            theirs = None
             if ref is not None and framework in set(ref["framework"]):
                 theirs = ref[ref["framework"] == framework].set_index("gpus_per_node")
+            # One reference value per row or none: a reference of several
+            # systems or data sets per cell (seed 004's two nodes) is compared
+            # row by row in vs_reference, which names them.
+            if theirs is not None and not theirs.index.has_duplicates:
                 reference_mean = table["gpus"].map(theirs["images_per_sec_mean"])
                 table[f"{series}_reference_mean"] = reference_mean
                 table[f"{series}_ratio"] = table[f"{series}_mean"] / reference_mean
@@ -155,9 +160,14 @@ def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataF
     """Every grid point the reference also has (same framework, model, nodes, GPUs per
     node): measured, reference, and measured / reference, with the settings of both."""
     keys = ["framework", "model", "nodes", "gpus_per_node"]
-    settings = ["batch_size", "image_size", "device"]
+    settings = ["dataset", "batch_size", "image_size", "device"]
     combined, reference = ok_only(combined), ok_only(reference)
-    theirs = reference[keys + settings + ["images_per_sec_mean", "images_per_sec_std"]]
+    # Several reference points per cell (its own axes: seed 004's systems) are
+    # told apart by their knobs.
+    theirs_knobs = ["knobs"] if reference.duplicated(keys).any() else []
+    theirs = reference[
+        keys + settings + theirs_knobs + ["images_per_sec_mean", "images_per_sec_std"]
+    ]
     theirs = theirs.rename(columns={c: f"reference_{c}" for c in theirs.columns if c not in keys})
     merged = combined.merge(theirs, on=keys)
     merged["ratio"] = merged["images_per_sec_mean"] / merged["reference_images_per_sec_mean"]
@@ -168,7 +178,7 @@ def reference_table(combined: pd.DataFrame, reference: pd.DataFrame) -> pd.DataF
         *settings,
         "images_per_sec_mean",
         "images_per_sec_std",
-        *(f"reference_{c}" for c in settings),
+        *(f"reference_{c}" for c in settings + theirs_knobs),
         "reference_images_per_sec_mean",
         "reference_images_per_sec_std",
         "ratio",
@@ -349,7 +359,10 @@ def write_tables(
             "ratio": f"measured / {reference}",
         }
         ref_labels.update(
-            {f"reference_{c}": f"{c} ({reference})" for c in ("batch_size", "image_size", "device")}
+            {
+                f"reference_{c}": f"{c} ({reference})"
+                for c in ("dataset", "batch_size", "image_size", "device", "knobs")
+            }
         )
         write_table(
             reference_table(combined, ref),

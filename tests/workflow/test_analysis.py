@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 from trainscale.rendering import display_frame, to_latex, to_markdown
-from trainscale.tables import table1, table2
+from trainscale.tables import reference_table, table1, table2
 from trainscale.tidy import CollectError, add_scaling, collect, combine_repeats
 
 
@@ -79,6 +79,25 @@ def test_speedup_uses_the_same_frameworks_one_gpu_run():
     assert scaled.loc[("horovod", 4), "speedup"] == pytest.approx(3.6)
     assert scaled.loc[("horovod", 4), "efficiency"] == pytest.approx(0.9)
     assert scaled.loc[("tf-mirrored", 4), "speedup"] == pytest.approx(3.0)
+
+
+def test_a_reference_of_two_systems_is_compared_row_by_row_not_averaged():
+    # Seed 004 has each cell on two nodes (a `system` axis, in its knobs):
+    # Table I has no single reference value there, vs_reference has both.
+    combined = combine_repeats(pd.DataFrame([row("ray-train", 1, 2, 300.0, 3.0)]))
+    reference = combine_repeats(
+        pd.DataFrame(
+            [
+                row("ray-train", 1, 2, 600.0, 0.0, knobs="system=a"),
+                row("ray-train", 1, 2, 1200.0, 0.0, knobs="system=b"),
+            ]
+        )
+    )
+    t1 = table1(combined, reference)
+    assert list(t1["ray-train_mean"]) == [300.0] and "ray-train_ratio" not in t1
+    rows = reference_table(combined, reference)
+    assert list(rows["reference_knobs"]) == ["system=a", "system=b"]
+    assert list(rows["ratio"]) == pytest.approx([0.5, 0.25])
 
 
 def test_table_layouts_and_rendering():
