@@ -68,8 +68,11 @@ def profile_args(repo, name, config) -> list[str]:
 
 
 def records(repo, study):
+    """The study's records, as the workflow reads them: a hidden temp file
+    (records.atomic_path) that a killed attempt left beside one is not a record."""
     runs = Path(repo, "results", study, "runs")
-    return {str(p.relative_to(runs)): json.loads(p.read_text()) for p in runs.rglob("*.json")}
+    found = (p for p in runs.rglob("*.json") if not p.name.startswith("."))
+    return {str(p.relative_to(runs)): json.loads(p.read_text()) for p in found}
 
 
 # Processes per grid point: one per replica on the CPU, but one for MirroredStrategy.
