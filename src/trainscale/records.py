@@ -62,6 +62,13 @@ def atomic_path(path: str):
             os.unlink(tmp)
 
 
+def is_record_name(name: str) -> bool:
+    """Whether a file name in a runs/ folder is a record: a JSON file, not the
+    hidden temp file (`.<name>.<random>.tmp.json`) atomic_path writes first and
+    a killed writer leaves behind."""
+    return name.endswith(".json") and not name.startswith(".")
+
+
 def atomic_write_text(path: str, text: str) -> None:
     with atomic_path(path) as tmp, open(tmp, "w") as handle:
         handle.write(text)

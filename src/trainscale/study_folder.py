@@ -31,7 +31,7 @@ import os
 import shutil
 from dataclasses import dataclass, fields
 
-from trainscale.records import atomic_path, atomic_write_text
+from trainscale.records import atomic_path, atomic_write_text, is_record_name
 from trainscale.settings import RunSettings
 from trainscale.study import (
     AXES,
@@ -74,7 +74,7 @@ def foreign_record(runs: str) -> tuple[str, str] | None:
     for folder, subfolders, names in sorted(os.walk(runs)):
         subfolders.sort()
         for name in sorted(names):
-            if not name.endswith(".json") or name.startswith("."):  # a temp file
+            if not is_record_name(name):
                 continue
             path = os.path.join(folder, name)
             try:

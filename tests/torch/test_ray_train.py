@@ -48,10 +48,9 @@ def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path, 
     assert result.returncode == 0, result.stderr[-3000:]
     record = load_json(output)
     assert record["framework"] == "ray-train"
+    # Two Ray Train workers, each a torch.distributed rank of DDP (processes
+    # and replicas 2, a provenance entry each: check_a_torch_run).
     check_a_torch_run(record, result, replicas=2)
-    # Two Ray Train workers, each a torch.distributed rank of DDP.
-    assert record["processes"] == 2 and record["replicas"] == 2
-    assert len(record["provenance"]["processes"]) == 2
     per_process = record["process_images_per_sec"]
     assert len(per_process) == 2 and all(rate > 0 for rates in per_process for rate in rates)
     sums = [a + b for a, b in zip(*per_process, strict=True)]

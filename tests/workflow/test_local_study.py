@@ -15,6 +15,7 @@ import yaml
 from conftest import copy_repository, local_study, snakemake, start_snakemake, train_jobs
 from runs import one_per_launch_kind
 
+from trainscale.records import is_record_name
 from trainscale.registry import framework_spec, label
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
@@ -531,7 +532,7 @@ def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path, signal
     # Whatever is there is whole: every record parses; leftovers are only
     # hidden temp files, which nothing reads.
     for path in Path(repo, "results", "interrupted").rglob("*.json"):
-        if not path.name.startswith("."):
+        if is_record_name(path.name):
             json.loads(path.read_text())
     written = {p.name for p in runs.rglob("n*.json")}
     assert 1 <= len(written) < 3

@@ -20,6 +20,7 @@ import yaml
 from conftest import REPO, copy_repository, snakemake, start_snakemake, train_jobs
 from runs import show_in_the_log
 
+from trainscale.records import is_record_name
 from trainscale.registry import REGISTRY, framework_spec
 
 LAB = os.path.join(REPO, "tests", "slurm-lab", "lab.sh")
@@ -71,7 +72,7 @@ def records(repo, study):
     """The study's records, as the workflow reads them: a hidden temp file
     (records.atomic_path) that a killed attempt left beside one is not a record."""
     runs = Path(repo, "results", study, "runs")
-    found = (p for p in runs.rglob("*.json") if not p.name.startswith("."))
+    found = (p for p in runs.rglob("*.json") if is_record_name(p.name))
     return {str(p.relative_to(runs)): json.loads(p.read_text()) for p in found}
 
 

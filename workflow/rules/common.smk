@@ -27,6 +27,7 @@ from trainscale.study import (
 )
 from trainscale.schema import config_schema, validate_config
 from trainscale.registry import FRAMEWORKS, base_of, framework_spec, table_order
+from trainscale.records import is_record_name
 from trainscale.study_folder import check_study_folder, is_cache, save_study_config
 
 # A study of cached records (the published ones) may name frameworks trainscale
@@ -167,7 +168,7 @@ def reference_record_files():
         os.path.join(folder, name)
         for folder, _, names in os.walk(runs)
         for name in names
-        if name.endswith(".json") and not name.startswith(".")  # not a temp file
+        if is_record_name(name)
     )
 
 
