@@ -80,6 +80,9 @@ class Backend:
     # it over replicas) or only this process's share, to be summed.
     loss_is_global = True
     out_of_memory_errors: tuple[type[BaseException], ...] = (MemoryError,)
+    # Whether a rank's process, its run done, may go through Python's own
+    # finalization (trainscale.cli._train); see TorchDistributed's reason not to.
+    finalizes_at_exit = True
 
     def __init__(self, settings: RunSettings, options: RunOptions):
         self.settings = settings

@@ -254,7 +254,7 @@ def mark_first_to_die() -> None:
 
 
 def _train(settings: RunSettings, options: RunOptions) -> int:
-    from trainscale.training import OutOfMemory, train
+    from trainscale.training import OutOfMemory, backend_class, train
 
     spec = framework_spec(settings.framework)
     # A driver (Ray's) is a launcher of its workers: they, not it, go first.
@@ -268,6 +268,8 @@ def _train(settings: RunSettings, options: RunOptions) -> int:
             _drive(spec.driver, settings, options)
         else:
             train(settings, options)
+            if not backend_class(settings.framework).finalizes_at_exit:
+                _exit_now(0)
     except (OutOfMemory, MemoryError) as err:
         # Running out of memory is a result of this grid point, not a crash.
         # The launcher reads this line (from any rank) and writes the record.
@@ -275,6 +277,17 @@ def _train(settings: RunSettings, options: RunOptions) -> int:
         print(f"trainscale train: out of memory: {first_line}", file=sys.stderr)
         return EXIT_OOM
     return 0
+
+
+def _exit_now(code: int) -> None:
+    """End this process at once, its output flushed: what Python's own
+    finalization would still run is the teardown to skip (Backend.finalizes_at_exit)."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _drive(driver: str, settings: RunSettings, options: RunOptions) -> None:

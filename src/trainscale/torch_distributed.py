@@ -27,6 +27,13 @@ RENDEZVOUS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 class TorchDistributed(TorchBackend):
     loss_is_global = False
+    # A process group can outlive destroy_process_group() where a library
+    # keeps its own reference (DeepSpeed's groups live in its module
+    # globals); gloo's C++ threads then meet the interpreter's teardown and
+    # abort ("terminate called without an active exception", SIGABRT, after
+    # the record was written: twice in CI, deepspeed; pytorch/pytorch#179291).
+    # A rank whose run is done therefore ends with os._exit.
+    finalizes_at_exit = False
 
     def connect(self) -> int:
         import torch.distributed as dist
@@ -57,9 +64,8 @@ class TorchDistributed(TorchBackend):
         return int(os.environ.get("LOCAL_RANK", 0)) if visible > 1 else 0
 
     def close(self) -> None:
-        # A process that exits with its gloo process group alive can abort in
-        # the group's threads at interpreter exit ("terminate called without
-        # an active exception", SIGABRT; seen once in CI): end it first.
+        # Pending work finishes and the group's threads are joined while the
+        # interpreter is whole (see finalizes_at_exit).
         import torch.distributed as dist
 
         if dist.is_initialized():

@@ -31,11 +31,15 @@ def log(message: str) -> None:
     print(f"[trainscale] {message}", file=sys.stderr, flush=True)
 
 
-def create_backend(settings: RunSettings, options: RunOptions) -> Backend:
+def backend_class(framework: str) -> type[Backend]:
     """The framework's Backend, where the registry says it is; only that
     ecosystem's modules are imported."""
-    module, name = framework_spec(settings.framework).backend.split(":")
-    return getattr(importlib.import_module(module), name)(settings, options)
+    module, name = framework_spec(framework).backend.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def create_backend(settings: RunSettings, options: RunOptions) -> Backend:
+    return backend_class(settings.framework)(settings, options)
 
 
 def process_age() -> float:
