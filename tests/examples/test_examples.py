@@ -51,7 +51,8 @@ def test_example_trains_on_the_cifar100_archive(framework, archive_dir):
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_example_reaches_the_harness_loss(framework, tmp_path):
     # Same seed, synthetic batch and plain SGD: the same loss at step 2
-    # (after one update), so the examples and the measured code cannot drift apart.
+    # (after one update), so the examples and the measured code cannot drift apart
+    # (ray-train's measured code is torch-ddp's: runs.harness_framework).
     losses, stdout = example_synthetic_run(framework)
     harness = harness_synthetic_loss(framework, tmp_path / "harness.json")
     assert len(losses) == 2, stdout

@@ -248,7 +248,7 @@ def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, 
     assert "PyTorch DDP" in (folder / "tables/table1.md").read_text()
 
 
-# One torch framework of ranks per launch kind (torchrun's, Horovod's, DeepSpeed's):
+# One torch framework of ranks per launch kind (torchrun's, Horovod's, Ray's driver):
 # each starts its ranks its own way, from .venv-torch.
 TORCH = [f for f in one_per_launch_kind("torch") if not framework_spec(f).one_device]
 
