@@ -5,6 +5,8 @@ The job's processes on that node, its slurmd and slurmstepd are killed at once
 NODE_FAIL; the profile's `slurm-no-requeue` leaves the retry to Snakemake.
 Its SLURM plugin (2.8.0) cannot tell which node of the job failed and leaves
 them all out of later submissions: the retry of a 2-node job needs 2 more.
+One job, two attempts, a node lost under each: the retry and the record of
+a point lost on its last attempt in one Snakemake run (one test, not two).
 """
 
 import os
@@ -47,68 +49,69 @@ def nodes_training() -> set[int]:
     return found
 
 
-def run_and_lose_a_node(repo: str, args: list[str]) -> tuple[subprocess.Popen, str, set[int]]:
-    """Run Snakemake; once its job trains on 2 nodes, kill the second of them."""
-    run = start_snakemake(repo, *args)
-    dead = None
-    try:
-        deadline = time.monotonic() + 300
-        while len(nodes_training()) < 2:
-            assert time.monotonic() < deadline and run.poll() is None, "the job never trained"
-            time.sleep(1)
-        time.sleep(5)
-        first_nodes = nodes_training()
-        # Not the job's first node: that one runs the batch step (the launcher).
-        dead = max(first_nodes)
-        subprocess.run([LAB, "kill-node", str(dead)], check=True)
-        output, _ = run.communicate(timeout=480)
-    finally:
-        if run.poll() is None:
-            run.kill()
-        if dead:
-            subprocess.run([LAB, "revive-node", str(dead)], check=True, timeout=120)
-    return run, output, first_nodes
+def _kill_a_node_of_the_job(run: subprocess.Popen, spared: set[int]) -> tuple[set[int], int]:
+    """Once the job trains on 2 nodes outside `spared`, kill the second of them
+    (not the first: it runs the batch step, the launcher). Its nodes, and the dead one."""
+    deadline = time.monotonic() + 300
+    while len(nodes_training() - spared) < 2:
+        assert time.monotonic() < deadline and run.poll() is None, "the job never trained"
+        time.sleep(1)
+    time.sleep(5)
+    nodes = nodes_training() - spared
+    dead = max(nodes)
+    subprocess.run([LAB, "kill-node", str(dead)], check=True)
+    return nodes, dead
 
 
 def node_loss_study(study: str, train_retries: int) -> dict:
     config = study_config(study=study, train_retries=train_retries)
-    # Long enough to be running when the node dies; short on the retry.
+    # Long enough to be running when the node dies.
     config["benchmark"].update(data_dir=f"results/{study}/data", iterations=150)
     config["benchmark"]["steps_per_iteration"] = 20
     config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
     return config
 
 
-def test_a_lost_node_fails_the_job_and_the_retry_runs_elsewhere(lab4, tmp_path):
+def test_a_lost_node_fails_the_job_the_retry_runs_elsewhere_and_its_loss_is_recorded(
+    lab4, tmp_path
+):
+    # One retry; a node dies under each attempt. SLURM, not the run, ends the
+    # last one: the run cannot write its record, and Snakemake deletes the
+    # job's output. The workflow records the point.
     repo = copy_repository(str(tmp_path / "repo"))
-    args = profile_args(repo, "loss.yaml", node_loss_study("slurm-lab-node-loss", 1))
-    run, output, first_nodes = run_and_lose_a_node(repo, args)
-    assert run.returncode == 0, output[-4000:]
-    assert "NODE_FAIL" in output or "node failure" in output
-    record = records(repo, "slurm-lab-node-loss")["horovod/small_cnn/b16/n2g1r1.json"]
-    assert record["status"] == "ok"
-    hosts = set(record["provenance"]["hosts"])
-    assert len(hosts) == 2 and not hosts & {f"node{n}" for n in first_nodes}, hosts
-    # The failed attempt's log is kept (the plugin deletes successful jobs' logs).
-    logs = list(Path(repo, ".snakemake", "slurm_logs", "rule_train").rglob("*.log"))
-    assert len(logs) == 1 and "DUE TO NODE FAILURE" in logs[0].read_text(), logs
-
-
-def test_a_node_lost_on_the_last_attempt_is_recorded_as_failed(lab4, tmp_path):
-    # SLURM, not the run, ends this job: the run cannot write its record, and
-    # Snakemake deletes the job's output. The workflow records the point.
-    repo = copy_repository(str(tmp_path / "repo"))
-    study = "slurm-lab-node-lost"
-    args = profile_args(repo, "lost.yaml", node_loss_study(study, 0))
-    run, output, _ = run_and_lose_a_node(repo, args)
+    study = "slurm-lab-node-loss"
+    args = profile_args(repo, "loss.yaml", node_loss_study(study, 1))
+    run = start_snakemake(repo, *args)
+    dead = []
+    try:
+        first, killed = _kill_a_node_of_the_job(run, spared=set())
+        dead.append(killed)
+        # The retry, a new job: the plugin leaves both of the first's nodes out.
+        retry, killed = _kill_a_node_of_the_job(run, spared=first)
+        dead.append(killed)
+        output, _ = run.communicate(timeout=480)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for node in dead:
+            subprocess.run([LAB, "revive-node", str(node)], check=True, timeout=120)
     assert run.returncode != 0, output[-4000:]
+    assert "NODE_FAIL" in output or "node failure" in output
+    assert len(retry) == 2 and not retry & first, (first, retry)
+    # Each attempt's SLURM log is kept (the plugin deletes successful jobs' logs).
+    logs = sorted(
+        Path(repo, ".snakemake", "slurm_logs", "rule_train").rglob("*.log"),
+        key=lambda log: int(log.stem),
+    )
+    assert len(logs) == 2 and all("DUE TO NODE FAILURE" in log.read_text() for log in logs)
     assert "1 grid point(s) failed on their last attempt" in output, output[-4000:]
     record = records(repo, study)["horovod/small_cnn/b16/n2g1r1.json"]
     assert record["status"] == "failed" and record["images_per_sec"] is None
     first_line = record["error"].splitlines()[0]
-    assert first_line.startswith("SLURM ended the job: *** JOB "), first_line
+    # The last attempt's words: its job, not the first's.
+    assert first_line.startswith(f"SLURM ended the job: *** JOB {logs[-1].stem} ON "), first_line
     assert "DUE TO NODE FAILURE" in first_line
-    assert "--- tail of results/slurm-lab-node-lost/logs/train/horovod/" in record["error"]
+    assert f"--- tail of results/{study}/logs/train/horovod/" in record["error"]
     # The next run submits nothing and builds the tables with FAILED there.
     again = subprocess.run(
         [SNAKEMAKE, *args], cwd=repo, capture_output=True, text=True, timeout=300
