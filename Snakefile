@@ -23,6 +23,7 @@ include: "workflow/rules/common.smk"
 if not FOLDER.read_only:
 
     include: "workflow/rules/train.smk"
+    include: "workflow/rules/network.smk"
 
 
 include: "workflow/rules/collect.smk"

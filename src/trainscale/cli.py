@@ -12,6 +12,7 @@ import sys
 from argparse import SUPPRESS
 
 from trainscale.launch_kinds import HOROVOD_LAUNCHER
+from trainscale.probe import TRANSPORTS, probe_parser, run_probe
 from trainscale.registry import FRAMEWORKS, framework_spec, missing_module
 from trainscale.setting import REQUIRED, Setting
 from trainscale.settings import (
@@ -93,6 +94,7 @@ def parse(argv: list[str] | None = None):
     _example_parser(commands)
     _refactoring_parser(commands)
     _predict_parser(commands)
+    probe_parser(commands)
     argv = list(sys.argv[1:] if argv is None else argv)
     # `example`'s own options end at --; the script's follow.
     script_arguments = []
@@ -100,7 +102,7 @@ def parse(argv: list[str] | None = None):
         script_arguments = argv[argv.index("--") + 1 :]
         argv = argv[: argv.index("--")]
     args = parser.parse_args(argv)
-    if args.command in ("example", "refactoring", "predict"):
+    if args.command in ("example", "refactoring", "predict", "probe"):
         args.arguments = script_arguments
         return args, None, None
     settings = RunSettings(**_fields_of(RunSettings, args))
@@ -207,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
             return _refactoring(args)
         if args.command == "predict":
             return _predict(args)
+        if args.command == "probe":
+            _require(TRANSPORTS[args.transport].framework)
+            return run_probe(args)
         validate(settings)
         validate_options(options)
         _require(settings.framework)

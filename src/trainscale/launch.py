@@ -53,14 +53,23 @@ def process_plan(settings: RunSettings, options: RunOptions) -> Plan:
     requested = options.requested_gpus_per_node
     expect = requested // processes_per_node if requested else 0
     train_command = _train_command(settings, options, expect)
+    return rank_plan(settings, train_command, requested)
+
+
+def rank_plan(settings: RunSettings, command: list[str], requested_gpus_per_node: int) -> Plan:
+    """`command` started as the ranks of `settings.framework` on its nodes and
+    GPUs: its launch kind's srun step inside a SLURM job, else its local plan
+    (the training processes of `run`; the probe's ranks, trainscale.probe)."""
+    kind = framework_spec(settings.framework).launch
     if in_slurm_job():
-        return kind.slurm_plan(settings, train_command, requested)
+        return kind.slurm_plan(settings, command, requested_gpus_per_node)
     if settings.nodes != 1:
         raise SettingsError(
-            f"--nodes {settings.nodes}: `trainscale run` launches on this machine only; "
+            f"--nodes {settings.nodes}: `trainscale` launches on this machine only; "
             "run multi-node points with `snakemake --profile profiles/slurm`"
         )
-    return kind.local_plan(processes_per_node, train_command, settings)
+    processes_per_node = kind.processes_per_node(settings.gpus_per_node, settings.device)
+    return kind.local_plan(processes_per_node, command, settings)
 
 
 def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:

@@ -66,6 +66,11 @@ class LaunchKind:
     # the framework's own scheduler places its workers (Ray).
     ranks_in_task_order = True
 
+    def probe_transport(self, settings) -> str:
+        """The communication library this kind's ranks exchange gradients over,
+        as trainscale.probe names it ("": none it probes, or not across ranks)."""
+        return ""
+
     def processes_per_node(self, gpus_per_node: int, device: str) -> int:
         """How many OS processes one node runs for G GPUs (replicas) per node."""
         return gpus_per_node
@@ -124,6 +129,9 @@ class HorovodRanks(LaunchKind):
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         return [(horovod_command(processes, settings.horovod_launcher, command), {})]
 
+    def probe_transport(self, settings) -> str:
+        return f"horovod-{settings.horovod_launcher}"
+
     def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
         if settings.horovod_launcher == "mpi":
             # Debian's Open MPI can be started by srun only through PMIx.
@@ -177,6 +185,9 @@ class TorchDistributed(LaunchKind):
     def __init__(self, one_node: str, two_nodes: str):
         self.one_node, self.two_nodes = one_node, two_nodes
 
+    def probe_transport(self, settings) -> str:
+        return "torch"
+
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         port = free_ports(1)[0]
         ranks = {"WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes)}
@@ -203,6 +214,9 @@ class RayDriver(OneProcess):
     name = "ray"
     one_node = "python {script}   # Ray starts a local instance"
     ranks_in_task_order = False  # Ray Train orders its workers itself
+
+    def probe_transport(self, settings) -> str:
+        return "torch"  # Ray Train's workers form a torch.distributed group
 
     def example_arguments(self, replicas: int, device: str) -> list[str]:
         return ["--workers", str(replicas)]  # Ray starts them, on CPUs or GPUs

@@ -272,7 +272,39 @@ def check_config(config: dict, root: str = ".", cached: bool = False) -> list[Gr
             validate(run_settings(config, point), check_data=False)
         except SettingsError as err:
             raise ConfigError(f"config key benchmark/grid ({point.stem()}): {err}") from None
+    _check_networks(config, points)
     return points
+
+
+def _check_networks(config: dict, points: list[GridPoint]) -> None:
+    """Every network a point runs over is one cluster.networks defines ('' is
+    the cluster's default route): a name alone selects no interface."""
+    defined = (config.get("cluster") or {}).get("networks") or {}
+    for network in sorted({run_settings(config, p).network for p in points} - {""}):
+        if network not in defined:
+            where = "grid.network" if "network" in config["grid"] else "benchmark.network"
+            names = ", ".join(sorted(defined)) or "none"
+            raise ConfigError(
+                f"config key {where}: network {network!r} is not one cluster.networks "
+                f"defines (it defines: {names}); add its environment there"
+            )
+
+
+def network_environment(config: dict, network: str) -> dict[str, str]:
+    """The environment every job over `network` runs with (cluster.networks):
+    what selects its interface for NCCL, Gloo, Open MPI and Horovod."""
+    if not network:
+        return {}
+    definition = config["cluster"]["networks"][network]
+    return {name: str(value) for name, value in definition["environment"].items()}
+
+
+def environment_prefix(environment: dict[str, str]) -> str:
+    """`env NAME=VALUE ... ` to put before a shell command ('' for none)."""
+    if not environment:
+        return ""
+    pairs = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(environment.items()))
+    return f"env {pairs} "
 
 
 # --------------------------------------------------------------------------

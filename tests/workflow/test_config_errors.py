@@ -8,7 +8,13 @@ import yaml
 from conftest import CACHED_STUDIES, REPO, snakemake, train_jobs
 
 from trainscale.schema import check_schema, config_schema, validate_config
-from trainscale.study import ConfigError, check_config
+from trainscale.study import (
+    ConfigError,
+    check_config,
+    environment_prefix,
+    network_environment,
+    run_settings,
+)
 
 SCHEMA = config_schema(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml"))
 
@@ -277,3 +283,45 @@ def test_snakemake_stops_before_anything_runs(repo_copy, what, change, key):
     assert not os.path.exists(os.path.join(repo_copy, "pwned"))
     assert sorted(os.listdir(os.path.join(repo_copy, "results"))) == sorted(CACHED_STUDIES)
     assert not os.path.exists(os.path.join(os.path.dirname(repo_copy), "outside"))
+
+
+ETHERNET = {"environment": {"GLOO_SOCKET_IFNAME": "eth1", "OMPI_MCA_btl_tcp_if_include": "eth1"}}
+
+
+def test_a_network_the_cluster_does_not_define_is_refused_naming_those_it_does():
+    # A network is selected by its environment (the interface each library
+    # uses); a name the cluster config does not define would select nothing.
+    config = base()
+    config["cluster"]["networks"] = {"eth": copy.deepcopy(ETHERNET)}
+    config["grid"]["network"] = ["eth", "ib"]
+    with pytest.raises(ConfigError, match=r"grid\.network: network 'ib' is not one "
+                       r"cluster\.networks defines \(it defines: eth\)"):  # fmt: skip
+        check(config)
+    del config["grid"]["network"]
+    config["benchmark"]["network"] = "ib"
+    with pytest.raises(ConfigError, match=r"benchmark\.network: network 'ib'"):
+        check(config)
+    config["benchmark"]["network"] = "eth"
+    assert check(config)
+    config["cluster"]["networks"]["eth"]["environment"]["GLOO_SOCKET_IFNAME"] = "eth1; rm -rf /"
+    with pytest.raises(ConfigError, match="cluster.networks.eth.environment.GLOO_SOCKET_IFNAME"):
+        check(config)
+
+
+def test_each_network_of_the_grid_runs_with_its_own_environment():
+    config = base()
+    config["cluster"]["networks"] = {
+        "eth": ETHERNET,
+        "ib": {"environment": {"NCCL_IB_HCA": "mlx5"}},
+    }
+    config["grid"]["network"] = ["eth", "ib"]
+    points = check(config)
+    networks = {
+        p.knobs: network_environment(config, run_settings(config, p).network) for p in points
+    }
+    assert networks[(("network", "eth"),)] == ETHERNET["environment"]
+    assert networks[(("network", "ib"),)] == {"NCCL_IB_HCA": "mlx5"}
+    assert environment_prefix(ETHERNET["environment"]) == (
+        "env GLOO_SOCKET_IFNAME=eth1 OMPI_MCA_btl_tcp_if_include=eth1 "
+    )
+    assert network_environment(config, "") == {} and environment_prefix({}) == ""

@@ -1,6 +1,7 @@
 # Grid expansion, configuration checks and input functions. Included first.
 import os
 import re
+import shlex
 import sys
 
 import yaml
@@ -18,8 +19,10 @@ from trainscale.study import (
     GridPoint,
     check_config,
     check_environments,
+    environment_prefix,
     job_shape,
     knob_axes,
+    network_environment,
     record_path,
     run_settings,
     slurm_resources,
@@ -28,6 +31,13 @@ from trainscale.study import (
 from trainscale.schema import config_schema, validate_config
 from trainscale.registry import FRAMEWORKS, base_of, framework_spec, table_order
 from trainscale.records import is_record_name
+from trainscale.probe import (
+    PROBE_PATTERN,
+    TRANSPORTS,
+    ProbeJob,
+    probe_point,
+    study_probes,
+)
 from trainscale.study_folder import check_study_folder, is_cache, save_study_config
 
 # A study of cached records (the published ones) may name frameworks trainscale
@@ -127,6 +137,10 @@ def _one_of(values):
     return "|".join(re.escape(str(value)) for value in sorted(values))
 
 
+# The network probes this study runs (config `probe`; trainscale.probe).
+PROBES = study_probes(config, POINTS) if not FOLDER.read_only else []
+
+
 # Wildcards only ever take the values of this study's grid.
 wildcard_constraints:
     framework=_one_of({p.framework for p in POINTS}),
@@ -136,6 +150,9 @@ wildcard_constraints:
     nodes=r"\d+",
     gpus_per_node=r"\d+",
     repeat=r"\d+",
+    transport=_one_of({job.transport for job in PROBES}),
+    network=_one_of({job.network for job in PROBES}),
+    ranks_per_node=r"\d+",
 
 
 def point_of(wildcards):
@@ -147,12 +164,90 @@ def point_of(wildcards):
     return point
 
 
+def network_prefix(wildcards):
+    """`env NAME=VALUE ... ` for a train job's network ('' for the default route)."""
+    network = run_settings(config, point_of(wildcards)).network
+    return environment_prefix(network_environment(config, network))
+
+
 def shape(wildcards):
     return job_shape(config, point_of(wildcards))
 
 
 def slurm(wildcards, attempt=1):
     return slurm_resources(config, point_of(wildcards), attempt)
+
+
+def probe_job(wildcards):
+    """The probe a probe job's wildcards name (only the study's probes exist)."""
+    job = ProbeJob(
+        wildcards.network,
+        wildcards.transport,
+        int(wildcards.nodes),
+        int(wildcards.ranks_per_node),
+    )
+    if job not in PROBES:
+        raise WorkflowError(f"{job.stem()} is not a probe of study {STUDY}")
+    return job
+
+
+def probe_slurm(wildcards):
+    return slurm_resources(config, probe_point(config, probe_job(wildcards)))
+
+
+def probe_command(wildcards):
+    """The probe's trainscale: its transport's framework's environment (as train jobs)."""
+    if DEPLOYED & {"CONDA", "APPTAINER"}:
+        return "trainscale"
+    environment = framework_spec(TRANSPORTS[wildcards.transport].framework).environment
+    return os.path.join(config[environment], "bin", "trainscale")
+
+
+def probe_network_prefix(wildcards):
+    settings = run_settings(config, probe_point(config, probe_job(wildcards)))
+    return environment_prefix(network_environment(config, settings.network))
+
+
+def probe_options(wildcards):
+    """`trainscale probe`'s options for a probe job, each shell-quoted."""
+    job, probe = probe_job(wildcards), config["probe"]
+    point = probe_point(config, job)
+    settings = run_settings(config, point)
+    options = [
+        *("--transport", job.transport, "--nodes", job.nodes),
+        *("--ranks-per-node", job.ranks_per_node, "--device", settings.device),
+        *("--network", settings.network),
+        *("--largest-message-bytes", probe["largest_message_bytes"]),
+        *("--repetitions", probe["repetitions"], "--timeout", probe["timeout_seconds"]),
+        *("--requested-gpus-per-node", job_shape(config, point)["gpus_per_node"]),
+    ]
+    return " ".join(shlex.quote(str(option)) for option in options)
+
+
+def probe_files():
+    return [f"{RESULTS}/{job.stem()}.json" for job in PROBES]
+
+
+def network_table_files():
+    return [f"{RESULTS}/tables/network.{ext}" for ext in ("csv", "md", "tex")]
+
+
+def network_outputs():
+    """The probes, and the table and figure made of them (none without probes)."""
+    if not PROBES:
+        return []
+    figures = [f"{RESULTS}/figures/network.{ext}" for ext in ("png", "pdf")]
+    return [*probe_files(), *network_table_files(), *figures]
+
+
+def rated_network_speeds():
+    """A network's rated speed (Gbit/s) by name, where cluster.networks gives one."""
+    networks = config["cluster"].get("networks") or {}
+    return {
+        name: network["rated_gbit_per_s"]
+        for name, network in networks.items()
+        if "rated_gbit_per_s" in network
+    }
 
 
 def record_files():
@@ -259,6 +354,7 @@ def all_outputs():
         *figure_files(),
         *accuracy_files()[0],
         *accuracy_files()[1],
+        *network_outputs(),
     ]
 
 

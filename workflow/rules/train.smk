@@ -37,6 +37,9 @@ rule train:
         benchmark_slots=1,
     params:
         trainscale=trainscale_command,
+        # The network's environment (cluster.networks): srun and mpirun pass
+        # it to every rank, and it selects the interface each library uses.
+        network=network_prefix,
         options=lambda wildcards: train_arguments(config, point_of(wildcards)),
         gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
         timeout=config["benchmark"]["timeout_seconds"],
@@ -44,7 +47,7 @@ rule train:
         # log's tail) so that collect, tables and figures go on without it.
         attempts=TRAIN_RETRIES + 1,
     shell:
-        "{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record} > {log} 2>&1"
+        "{params.network}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record} > {log} 2>&1"
 
 
 rule write_digits:

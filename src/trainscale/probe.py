@@ -1,0 +1,190 @@
+"""`trainscale probe`: what the network between a study's ranks delivers,
+measured through the ranks' own communication library (seed 002's NetPIPE
+figure; nccl-tests' bus bandwidth), started as the study's training ranks are.
+
+A transport is what a framework's ranks exchange gradients over; its launch
+kind names it (LaunchKind.probe_transport), and the probe starts its ranks
+with the launch kind of one framework that uses it, so they run on the same
+nodes through the same launcher (srun under SLURM, the local plan here):
+
+    torch         torch.distributed: gloo on CPUs, NCCL on GPUs (torch-ddp's ranks)
+    horovod-mpi   Horovod's all-reduce over MPI (horovod-torch's ranks, mpirun/srun --mpi=pmix)
+    horovod-gloo  the same over Gloo (horovodrun --gloo / srun and a rendezvous server)
+
+TensorFlow's collective ops (MultiWorker) are not probed yet. A probe of one
+node and two ranks measures the node's own link; of two nodes and one rank
+each, the network between them (PROBE_SHAPES). The ranks' sweeps are in
+trainscale.probe_ranks; the record is one JSON file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+from trainscale.records import atomic_write_json, host_provenance, utc_now
+from trainscale.settings import SETTING, RunSettings, SettingsError, validate
+
+PROBE_SCHEMA = 1
+# (nodes, ranks per node): the node's own link, then the network between two nodes.
+PROBE_SHAPES = ((1, 2), (2, 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Transport:
+    name: str
+    framework: str  # whose launch kind starts the ranks and whose environment runs them
+    horovod_launcher: str = "mpi"
+
+
+TRANSPORTS = {
+    t.name: t
+    for t in (
+        Transport("torch", "torch-ddp"),
+        Transport("horovod-mpi", "horovod-torch", "mpi"),
+        Transport("horovod-gloo", "horovod-torch", "gloo"),
+    )
+}
+
+
+# A probe record's path below results/{study}/ ("default": the cluster's default route).
+PROBE_PATTERN = "network/{network}/{transport}/n{nodes}r{ranks_per_node}"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ProbeJob:
+    network: str  # its folder name: "default" for the cluster's default route
+    transport: str
+    nodes: int
+    ranks_per_node: int
+
+    def stem(self) -> str:
+        return PROBE_PATTERN.format(**dataclasses.asdict(self))
+
+
+def study_probes(config: dict, points) -> list[ProbeJob]:
+    """The probes a study runs (config `probe.enabled`): each network of its
+    grid x each transport its frameworks talk over x the node's own link (one
+    node, two ranks) where a point has 2 GPUs per node, the network between
+    two nodes where a point spans 2 nodes or more."""
+    from trainscale.registry import FRAMEWORKS
+    from trainscale.study import run_settings
+
+    if not config.get("probe", {}).get("enabled"):
+        return []
+    runs = [run_settings(config, p) for p in points if p.framework in FRAMEWORKS]
+    transports = sorted({transport_of(s) for s in runs} - {""})
+    networks = sorted({s.network or "default" for s in runs})
+    shapes = [(1, 2)] if max(s.gpus_per_node for s in runs) >= 2 else []
+    shapes += [(2, 1)] if max(s.nodes for s in runs) >= 2 else []
+    return [ProbeJob(n, t, *shape) for n in networks for t in transports for shape in shapes]
+
+
+def probe_point(config: dict, job: ProbeJob):
+    """A grid point of the probe's shape and network, for its SLURM resources
+    and environment (trainscale.study.slurm_resources, network_environment)."""
+    from trainscale.study import GridPoint
+
+    spec, grid = TRANSPORTS[job.transport], config["grid"]
+    knobs = [("horovod_launcher", spec.horovod_launcher)]
+    knobs += [("network", job.network)] if job.network != "default" else []
+    return GridPoint(
+        spec.framework, grid["model"][0], grid["batch_size"][0], job.nodes, job.ranks_per_node,
+        knobs=tuple(knobs),
+    )  # fmt: skip
+
+
+def transport_of(settings: RunSettings) -> str:
+    """The transport a run's ranks talk over ("" if none is probed)."""
+    from trainscale.registry import framework_spec
+
+    return framework_spec(settings.framework).launch.probe_transport(settings)
+
+
+def probe_settings(transport: str, nodes: int, ranks_per_node: int, device: str, network: str):
+    """The settings whose launch starts the probe's ranks (validated)."""
+    spec = TRANSPORTS[transport]
+    settings = RunSettings(
+        framework=spec.framework,
+        nodes=nodes,
+        gpus_per_node=ranks_per_node,
+        device=device,
+        network=network,
+        horovod_launcher=spec.horovod_launcher,
+    )
+    return validate(settings, check_data=False)
+
+
+def probe_parser(commands) -> None:
+    p = commands.add_parser(
+        "probe",
+        help="latency and bandwidth between ranks: ping-pong and all-reduce sweeps",
+        description="Starts the ranks as the transport's framework starts its training "
+        "ranks (srun inside a SLURM job) and writes one JSON record to --output.",
+    )
+    p.add_argument("--transport", choices=sorted(TRANSPORTS), required=True)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--ranks-per-node", type=int, default=2)
+    p.add_argument("--device", choices=SETTING["device"].choices, default="cpu")
+    p.add_argument("--network", default="", help="the network's name, recorded (a label)")
+    p.add_argument("--largest-message-bytes", type=int, default=2**28)
+    p.add_argument("--repetitions", type=int, default=20)
+    p.add_argument("--requested-gpus-per-node", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=0, help="stop after this long (0: none)")
+    p.add_argument("--output", required=True)
+
+
+def run_probe(args) -> int:
+    from trainscale.launch import rank_plan, run_plan
+
+    if args.largest_message_bytes < 4 or args.repetitions < 3:
+        raise SettingsError("--largest-message-bytes must be at least 4, --repetitions at least 3")
+    settings = probe_settings(
+        args.transport, args.nodes, args.ranks_per_node, args.device, args.network
+    )
+    partial = f"{args.output}.rank0.json"
+    command = [sys.executable, "-m", "trainscale.probe_ranks", "--transport", args.transport]
+    command += ["--largest-message-bytes", str(args.largest_message_bytes)]
+    command += ["--repetitions", str(args.repetitions), "--device", args.device]
+    command += ["--output", partial]
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    started = utc_now()
+    result = run_plan(rank_plan(settings, command, args.requested_gpus_per_node), args.timeout)
+    if result.code != 0 or not os.path.exists(partial):
+        why = "timed out" if result.timed_out else f"exit code {result.code}"
+        print(f"trainscale probe: the ranks failed ({why})", file=sys.stderr)
+        return 1
+    with open(partial) as handle:
+        measured = json.load(handle)
+    record = {
+        "kind": "network_probe",
+        "schema": PROBE_SCHEMA,
+        "network": args.network,
+        "nodes": args.nodes,
+        "ranks_per_node": args.ranks_per_node,
+        "device": args.device,
+        "repetitions": args.repetitions,
+        "largest_message_bytes": args.largest_message_bytes,
+        **measured,
+        "started": started,
+        "seconds": result.seconds,
+        "provenance": host_provenance(),
+    }
+    atomic_write_json(args.output, record)
+    os.remove(partial)
+    print(json.dumps(summary(record)))
+    return 0
+
+
+def summary(record: dict) -> dict:
+    """The probe's headline: small-message latency, large-message bandwidths (bits/s)."""
+    ping, reduce = record["ping_pong"], record["all_reduce"]
+    return {
+        "transport": record["transport"],
+        "link": record["link"],
+        "latency_us": min(p["latency"] for p in ping) * 1e6 if ping else None,
+        "ping_pong_gbit_per_s": max(p["bandwidth"] for p in ping) * 8e-9 if ping else None,
+        "all_reduce_busbw_gbit_per_s": reduce[-1]["busbw"] * 8e-9 if reduce else None,
+    }
