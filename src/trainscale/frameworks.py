@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from trainscale.backend import DeviceError, Topology, horovod_wire_compression, init_horovod
-from trainscale.settings import RunOptions, RunSettings, local_cpu_count
+from trainscale.settings import RunOptions, RunSettings, cpu_share
 from trainscale.slurm import slurm_port_base
 
 
@@ -73,7 +73,7 @@ def configure_host(settings: RunSettings, processes_on_node: int) -> None:
         tf.config.set_visible_devices([], "GPU")
         # Each process gets its share of the cores; oversubscribing two ranks
         # onto two cores with two threads each would measure contention.
-        threads = max(1, local_cpu_count() // max(1, processes_on_node))
+        threads = cpu_share(processes_on_node)
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
     else:

@@ -38,7 +38,7 @@ from trainscale.backend import Backend, DeviceError, horovod_versions
 from trainscale.data import numpy_batches, synthetic_batch
 from trainscale.datasets import DATASETS
 from trainscale.flops import TRAINING_OVER_FORWARD
-from trainscale.settings import local_cpu_count
+from trainscale.settings import cpu_share
 from trainscale.torch_models import build_torch_model
 
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -112,7 +112,7 @@ class TorchBackend(Backend):
     def _take_device(self, processes_on_node: int) -> None:
         if self.settings.device == "cpu":
             # Each process gets its share of the cores, as for TensorFlow.
-            torch.set_num_threads(max(1, local_cpu_count() // processes_on_node))
+            torch.set_num_threads(cpu_share(processes_on_node))
             self.device = torch.device("cpu")
             self.topology.devices = ["cpu"]
             return

@@ -1,4 +1,5 @@
 import dataclasses
+import os
 
 import pytest
 
@@ -157,3 +158,17 @@ def test_slurm_durations(text, seconds):
     from trainscale.slurm import parse_slurm_duration
 
     assert parse_slurm_duration(text) == seconds
+
+
+def test_a_cpu_rank_takes_its_share_of_the_cores_and_no_more_than_slurm_granted(monkeypatch):
+    from trainscale.settings import cpu_share
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert [cpu_share(n) for n in (1, 2, 3, 16)] == [8, 4, 2, 1]
+    # The SLURM lab's nodes share one machine's cores, unpinned: a task
+    # granted one CPU runs one thread, not its node's whole share.
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert [cpu_share(n) for n in (1, 2)] == [1, 1]
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
+    assert [cpu_share(n) for n in (1, 2, 4)] == [3, 3, 2]
