@@ -71,6 +71,11 @@ class LaunchKind:
         as trainscale.probe names it ("": none it probes, or not across ranks)."""
         return ""
 
+    def probe_launches(self) -> dict[str, dict]:
+        """The transports a probe's ranks can be started as by this kind, each
+        with the settings that select it (trainscale.probe.TRANSPORTS)."""
+        return {}
+
     def processes_per_node(self, gpus_per_node: int, device: str) -> int:
         """How many OS processes one node runs for G GPUs (replicas) per node."""
         return gpus_per_node
@@ -132,6 +137,9 @@ class HorovodRanks(LaunchKind):
     def probe_transport(self, settings) -> str:
         return f"horovod-{settings.horovod_launcher}"
 
+    def probe_launches(self) -> dict[str, dict]:
+        return {f"horovod-{v}": {"horovod_launcher": v} for v in HOROVOD_LAUNCHER.choices}
+
     def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
         if settings.horovod_launcher == "mpi":
             # Debian's Open MPI can be started by srun only through PMIx.
@@ -187,6 +195,9 @@ class TorchDistributed(LaunchKind):
 
     def probe_transport(self, settings) -> str:
         return "torch"
+
+    def probe_launches(self) -> dict[str, dict]:
+        return {"torch": {}}
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         port = free_ports(1)[0]

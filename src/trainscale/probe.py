@@ -13,7 +13,7 @@ nodes through the same launcher (srun under SLURM, the local plan here):
 
 TensorFlow's collective ops (MultiWorker) are not probed yet. A probe of one
 node and two ranks measures the node's own link; of two nodes and one rank
-each, the network between them (PROBE_SHAPES). The ranks' sweeps are in
+each, the network between them (LINKS). The ranks' sweeps are in
 trainscale.probe_ranks; the record is one JSON file.
 """
 
@@ -28,25 +28,32 @@ from trainscale.records import atomic_write_json, host_provenance, utc_now
 from trainscale.settings import SETTING, RunSettings, SettingsError, validate
 
 PROBE_SCHEMA = 1
-# (nodes, ranks per node): the node's own link, then the network between two nodes.
-PROBE_SHAPES = ((1, 2), (2, 1))
+# (nodes, ranks per node) of each link a probe measures: the node's own, the network.
+LINKS = {"intra-node": (1, 2), "inter-node": (2, 1)}
 
 
 @dataclasses.dataclass(frozen=True)
 class Transport:
     name: str
     framework: str  # whose launch kind starts the ranks and whose environment runs them
-    horovod_launcher: str = "mpi"
+    settings: tuple = ()  # (name, value) pairs that select it (a launcher)
 
 
-TRANSPORTS = {
-    t.name: t
-    for t in (
-        Transport("torch", "torch-ddp"),
-        Transport("horovod-mpi", "horovod-torch", "mpi"),
-        Transport("horovod-gloo", "horovod-torch", "gloo"),
-    )
-}
+def _transports() -> dict[str, Transport]:
+    """Each transport a launch kind can start, with the first framework in the
+    registry that is started so and runs on torch (the ranks' sweeps are torch's)."""
+    from trainscale.registry import REGISTRY
+
+    found: dict[str, Transport] = {}
+    for spec in REGISTRY:
+        if spec.ecosystem != "torch":
+            continue
+        for name, settings in spec.launch.probe_launches().items():
+            found.setdefault(name, Transport(name, spec.name, tuple(settings.items())))
+    return found
+
+
+TRANSPORTS = _transports()
 
 
 # A probe record's path below results/{study}/ ("default": the cluster's default route).
@@ -65,20 +72,26 @@ class ProbeJob:
 
 
 def study_probes(config: dict, points) -> list[ProbeJob]:
-    """The probes a study runs (config `probe.enabled`): each network of its
-    grid x each transport its frameworks talk over x the node's own link (one
-    node, two ranks) where a point has 2 GPUs per node, the network between
-    two nodes where a point spans 2 nodes or more."""
+    """The probes a study runs (config `probe`): each network of its grid x each
+    transport its frameworks talk over x each link of `probe.links` that a run
+    crosses (the node's own where a point has 2 GPUs per node, the network
+    where one spans 2 nodes)."""
     from trainscale.registry import FRAMEWORKS
     from trainscale.study import run_settings
 
-    if not config.get("probe", {}).get("enabled"):
+    probe = config.get("probe", {})
+    if not probe.get("enabled"):
         return []
+    links = probe.get("links", LINKS)
     runs = [run_settings(config, p) for p in points if p.framework in FRAMEWORKS]
     transports = sorted({transport_of(s) for s in runs} - {""})
     networks = sorted({s.network or "default" for s in runs})
-    shapes = [(1, 2)] if max(s.gpus_per_node for s in runs) >= 2 else []
-    shapes += [(2, 1)] if max(s.nodes for s in runs) >= 2 else []
+    # A link no run crosses is not probed: one node's own with one GPU, the network on one node.
+    crossed = {
+        "intra-node": max(s.gpus_per_node for s in runs) >= 2,
+        "inter-node": max(s.nodes for s in runs) >= 2,
+    }
+    shapes = [LINKS[link] for link in LINKS if link in links and crossed[link]]
     return [ProbeJob(n, t, *shape) for n in networks for t in transports for shape in shapes]
 
 
@@ -88,8 +101,7 @@ def probe_point(config: dict, job: ProbeJob):
     from trainscale.study import GridPoint
 
     spec, grid = TRANSPORTS[job.transport], config["grid"]
-    knobs = [("horovod_launcher", spec.horovod_launcher)]
-    knobs += [("network", job.network)] if job.network != "default" else []
+    knobs = [*spec.settings, *([("network", job.network)] if job.network != "default" else [])]
     return GridPoint(
         spec.framework, grid["model"][0], grid["batch_size"][0], job.nodes, job.ranks_per_node,
         knobs=tuple(knobs),
@@ -112,7 +124,7 @@ def probe_settings(transport: str, nodes: int, ranks_per_node: int, device: str,
         gpus_per_node=ranks_per_node,
         device=device,
         network=network,
-        horovod_launcher=spec.horovod_launcher,
+        **dict(spec.settings),
     )
     return validate(settings, check_data=False)
 
@@ -179,12 +191,12 @@ def run_probe(args) -> int:
 
 
 def summary(record: dict) -> dict:
-    """The probe's headline: small-message latency, large-message bandwidths (bits/s)."""
+    """The probe's headline: a byte's one-way latency, the largest message's bandwidths."""
     ping, reduce = record["ping_pong"], record["all_reduce"]
     return {
         "transport": record["transport"],
         "link": record["link"],
-        "latency_us": min(p["latency"] for p in ping) * 1e6 if ping else None,
-        "ping_pong_gbit_per_s": max(p["bandwidth"] for p in ping) * 8e-9 if ping else None,
+        "latency_us": ping[0]["latency"] * 1e6 if ping else None,
+        "ping_pong_gbit_per_s": ping[-1]["bandwidth"] * 8e-9 if ping else None,
         "all_reduce_busbw_gbit_per_s": reduce[-1]["busbw"] * 8e-9 if reduce else None,
     }

@@ -159,6 +159,11 @@ RANKS = {"torch": TorchRanks, "horovod-mpi": HorovodRanks, "horovod-gloo": Horov
 
 def sweep(ranks, largest: int, repetitions: int) -> dict:
     """Every measurement of the probe, as rank 0 reports it (other ranks: {})."""
+    # Untimed first: gloo connects a pair on its first message, Horovod
+    # negotiates a tensor's first all-reduce.
+    if ranks.size > 1 and ranks.has_point_to_point:
+        ranks.ping_pong(1, 2)
+    ranks.all_reduce(4, 2)
     point_to_point = []
     if ranks.size > 1 and ranks.has_point_to_point:
         for size in message_sizes(largest):

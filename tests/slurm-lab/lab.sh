@@ -15,6 +15,13 @@
 #   address on a private bridge (10.99.0.0/24, inside this machine only) and
 #   its own host name, running its own slurmd; so Horovod's and TensorFlow's
 #   traffic between ranks really crosses between "hosts";
+# - a second, slower network, as a cluster has Ethernet beside InfiniBand:
+#   a second bridge (10.98.0.0/24) and a second interface, eth1, in every
+#   node, shaped to SHAPED_RATE by a token-bucket filter (tc tbf) on both ends
+#   of each node's link. A study selects it by interface (cluster.networks in
+#   tests/slurm-lab/network.yaml). This kernel refuses netem ("Specified qdisc
+#   kind is unknown"), so no delay is added: the shaped link is slower, with
+#   the latency of the veth path;
 # - 2 fake GPUs per node (character devices; gres.conf with AutoDetect=off),
 #   so `--gres=gpu:N` works and sets CUDA_VISIBLE_DEVICES in the job.
 # The nodes share this machine's file system, like a cluster's shared home.
@@ -24,6 +31,12 @@ LAB_DIR=${LAB_DIR:-/var/tmp/trainscale-slurm-lab}
 BRIDGE=tslab0
 SUBNET=10.99.0
 CONTROLLER_ADDRESS=$SUBNET.1
+SHAPED_BRIDGE=tsshapedbr  # not tslab1: node 1's link on the first bridge
+SHAPED_SUBNET=10.98.0
+# Well inside what this machine sustains between namespaces (4-7 Gbit/s
+# unshaped, measured with torch's gloo all-reduce), and slow enough that a
+# small CNN's gradient exchange shows.
+SHAPED_RATE=${SHAPED_RATE:-200mbit}
 CLUSTER=trainscale-lab
 CPUS_PER_NODE=${CPUS_PER_NODE:-2}
 MEMORY_PER_NODE_MB=${MEMORY_PER_NODE_MB:-6000}
@@ -168,27 +181,50 @@ start_mariadb() {
             GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
 }
 
+add_bridge() { # add_bridge NAME ADDRESS: a bridge with this machine's address on it
+  ip link show "$1" >/dev/null 2>&1 && return
+  ip link add "$1" type bridge
+  ip addr add "$2/24" dev "$1"
+  ip link set "$1" up
+}
+
+link_node() { # link_node NAMESPACE HOST_SIDE NODE_SIDE BRIDGE ADDRESS: a veth pair
+  ip link add "$2" type veth peer name "$3" netns "$1"
+  ip link set "$2" master "$4" up
+  ip -n "$1" addr add "$5/24" dev "$3"
+  ip -n "$1" link set "$3" up
+}
+
 start_network() {
   local nodes=$1
-  ip link show "$BRIDGE" >/dev/null 2>&1 || {
-    ip link add "$BRIDGE" type bridge
-    ip addr add "$CONTROLLER_ADDRESS/24" dev "$BRIDGE"
-    ip link set "$BRIDGE" up
-  }
+  add_bridge "$BRIDGE" "$CONTROLLER_ADDRESS"
   sed -i "/$HOSTS_TAG/d" /etc/hosts
   echo "$CONTROLLER_ADDRESS $(hostname -s)-lab $HOSTS_TAG" >>/etc/hosts
   for i in $(seq 1 "$nodes"); do
     local ns=tslab-node$i address=$SUBNET.$((10 + i))
     if ! ip netns list | grep -qw "$ns"; then
       ip netns add "$ns"
-      ip link add "tslab$i" type veth peer name eth0 netns "$ns"
-      ip link set "tslab$i" master "$BRIDGE" up
-      ip -n "$ns" addr add "$address/24" dev eth0
-      ip -n "$ns" link set eth0 up
+      link_node "$ns" "tslab$i" eth0 "$BRIDGE" "$address"
       ip -n "$ns" link set lo up
       ip -n "$ns" route add default via "$CONTROLLER_ADDRESS"
     fi
     echo "$address node$i $HOSTS_TAG" >>/etc/hosts
+  done
+  start_shaped_network "$nodes"
+}
+
+start_shaped_network() {
+  local nodes=$1
+  add_bridge "$SHAPED_BRIDGE" "$SHAPED_SUBNET.1"
+  for i in $(seq 1 "$nodes"); do
+    local ns=tslab-node$i
+    ip -n "$ns" link show eth1 >/dev/null 2>&1 && continue
+    link_node "$ns" "tsshaped$i" eth1 "$SHAPED_BRIDGE" "$SHAPED_SUBNET.$((10 + i))"
+    # Both directions: what leaves the node (eth1) and what enters it (the
+    # bridge's side of its pair). burst: the bucket; latency: how long a
+    # packet may queue before it is dropped.
+    tc qdisc add dev "tsshaped$i" root tbf rate "$SHAPED_RATE" burst 32kbit latency 400ms
+    tc -n "$ns" qdisc add dev eth1 root tbf rate "$SHAPED_RATE" burst 32kbit latency 400ms
   done
 }
 
@@ -261,8 +297,10 @@ down() {
   for i in $(seq 1 "$nodes"); do
     ip netns del "tslab-node$i" 2>/dev/null || true
     ip link del "tslab$i" 2>/dev/null || true
+    ip link del "tsshaped$i" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
+  ip link del "$SHAPED_BRIDGE" 2>/dev/null || true
   # Job IDs start again at 1 in the next lab: leave no job_N cgroups behind.
   remove_cgroups "node*"
   sed -i "/$HOSTS_TAG/d" /etc/hosts

@@ -42,6 +42,8 @@ def test_the_probes_follow_the_frameworks_launchers_and_shapes():
         ProbeJob("default", "horovod-gloo", 1, 2),
         ProbeJob("default", "torch", 1, 2),
     ]
+    config["probe"]["links"] = ["inter-node"]  # and no point spans two nodes
+    assert study_probes(config, check_config(config, root=REPO)) == []
     config["probe"]["enabled"] = False
     assert study_probes(config, check_config(config, root=REPO)) == []
 

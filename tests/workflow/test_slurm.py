@@ -282,3 +282,65 @@ def test_a_job_over_its_slurm_memory_is_recorded_as_oom(lab, tmp_path):
     # Not trained again: the outcome is the result.
     again = snakemake(repo, "-n", *args)
     assert train_jobs(again.stdout + again.stderr) == 0
+
+
+SHAPED_RATE = 200e6 / 8  # bytes/s: lab.sh's SHAPED_RATE, 200mbit
+
+
+def test_the_shaped_network_is_probed_at_its_rate_and_slows_training_across_nodes(
+    lab, tmp_path, record_property
+):
+    # tests/slurm-lab/network.yaml: DDP over the lab's two networks, chosen by
+    # interface (GLOO_SOCKET_IFNAME), with the probe on each. One job at a
+    # time: the lab's nodes share this machine's cores, and a job beside
+    # another would measure the other's load, not the network.
+    repo = copy_repository(str(tmp_path / "repo"))
+    with open(os.path.join(REPO, "tests", "slurm-lab", "network.yaml")) as handle:
+        config = yaml.safe_load(handle)
+    args = [*profile_args(repo, "network.yaml", config), "--jobs", "1"]
+    result = snakemake(repo, *args, timeout=1200)
+    assert result.returncode == 0, result.stderr[-4000:]
+    folder = Path(repo, "results", "slurm-lab-network")
+
+    got = records(repo, "slurm-lab-network")
+    assert {r["settings"]["network"] for r in got.values()} == {"fast", "shaped"}
+    probes = {
+        (p.parts[-3], p.stem): json.loads(p.read_text()) for p in folder.glob("network/*/*/*.json")
+    }
+    assert set(probes) == {("fast", "n2r1"), ("shaped", "n2r1")}
+    shaped, fast = probes["shaped", "n2r1"], probes["fast", "n2r1"]
+    assert shaped["hosts"] == ["node1", "node2"] and shaped["link"] == "inter-node"
+    assert shaped["environment"]["GLOO_SOCKET_IFNAME"] == "eth1"
+    # The configured rate, within 20 %, at the largest message (4 MiB);
+    # unshaped, the same path moves several times more.
+    assert 0.8 * SHAPED_RATE < shaped["ping_pong"][-1]["bandwidth"] < 1.2 * SHAPED_RATE
+    assert fast["ping_pong"][-1]["bandwidth"] > 5 * SHAPED_RATE
+    # No delay is added (the kernel has no netem): a byte's one-way trip is
+    # the veth path's and the scheduler's, under 5 ms on this shared machine.
+    assert shaped["ping_pong"][0]["latency"] < 5e-3
+
+    # Training across the two nodes is slower over the shaped network: the
+    # 2-node cells together (one cell alone swings by 2x on this shared
+    # machine; together, four runs here gave 0.56 to 0.73 of the fast rate).
+    tidy = pd.read_csv(folder / "throughput.csv")
+    across = tidy[tidy["nodes"] == 2].groupby("knobs")["images_per_sec_mean"].sum()
+    assert across["network=shaped"] < 0.9 * across["network=fast"], across
+    efficiency = (folder / "tables" / "efficiency.md").read_text()
+    assert "network=fast" in efficiency and "network=shaped" in efficiency
+    # The step model beside the probe, fitted on the 1-node cells and one
+    # 2-node cell: computed and shown, whatever it shows (issue 23's goal,
+    # within 2x of the configured rate, is not met here yet: see the README).
+    (compared,) = (
+        pd.read_csv(folder / "tables" / "predicted_vs_probe.csv")
+        .query("knobs == 'network=shaped'")
+        .to_dict("records")
+    )
+    # The probe's bus bandwidth at the gradient's 0.72 MB: under the rate
+    # (latency still counts at that size), never over it.
+    assert 0.5 < compared["probe_inter_gb_per_s"] / (SHAPED_RATE * 1e-9) < 1.05
+    assert compared["agrees"] == (0.5 <= compared["fitted_over_probe"] <= 2)
+    tables = [
+        (folder / "tables" / f"{name}.md").read_text()
+        for name in ("network", "efficiency", "predicted_vs_probe", "predicted_parameters")
+    ]
+    show_in_the_log(record_property, "\n".join(tables))

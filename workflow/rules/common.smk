@@ -306,6 +306,12 @@ def refactoring_files():
 PREDICTED_TABLES = ["predicted", "predicted_parameters", "predicted_holdout"]
 
 
+def probe_comparison_files():
+    return [
+        f"{RESULTS}/tables/predicted_vs_probe.{ext}" for ext in ("csv", "md", "tex")
+    ]
+
+
 def predicted_table_files():
     return [
         f"{RESULTS}/tables/{t}.{ext}"
@@ -349,6 +355,7 @@ def all_outputs():
         *refactoring_files()[0],
         *refactoring_files()[1],
         *predicted_table_files(),
+        *probe_comparison_files(),
         f"{RESULTS}/figures/predicted.png",
         f"{RESULTS}/figures/predicted.pdf",
         *figure_files(),

@@ -28,3 +28,25 @@ rule predict:
         folder=lambda wildcards, output: os.path.dirname(output.tables[0]),
     script:
         "../scripts/predict.py"
+
+
+# The fitted inter-node link beside the network probe's, where the study ran
+# one (trainscale.predict_probe); a study without probes says so.
+rule predict_vs_probe:
+    input:
+        tidy=f"{RESULTS}/throughput.csv",
+        probes=probe_files(),
+    output:
+        tables=[
+            report(path, category="Tables", caption="../report/predicted.rst")
+            for path in probe_comparison_files()
+        ],
+    log:
+        f"{RESULTS}/logs/predict_vs_probe.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        folder=lambda wildcards, output: os.path.dirname(output.tables[0]),
+    script:
+        "../scripts/predict_probe.py"
