@@ -140,7 +140,9 @@ def probe_parser(commands) -> None:
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--ranks-per-node", type=int, default=2)
     p.add_argument("--device", choices=SETTING["device"].choices, default="cpu")
-    p.add_argument("--network", default="", help="the network's name, recorded (a label)")
+    p.add_argument(
+        "--network-name", dest="network", default="", help="the network's name, recorded (a label)"
+    )
     p.add_argument("--largest-message-bytes", type=int, default=2**28)
     p.add_argument("--repetitions", type=int, default=20)
     p.add_argument("--requested-gpus-per-node", type=int, default=0)

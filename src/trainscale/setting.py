@@ -57,10 +57,12 @@ class Setting:
     pattern: str | None = None
     # A check against the other settings: settings -> "" or the one-line message.
     check: Callable[[Any], str] | None = None
+    # The command-line flag where --NAME cannot be it (None: --NAME).
+    cli_flag: str | None = None
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.cli_flag or "--" + self.name.replace("_", "-")
 
     def cli_text(self, value) -> str:
         """The value as `trainscale train` reads it back."""

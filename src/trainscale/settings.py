@@ -93,11 +93,13 @@ SETTINGS = (
     # Also a label to the harness: the workflow starts a run with the named
     # network's environment (cluster.networks: which interface NCCL, Gloo,
     # Open MPI and Horovod use), so seed 002's InfiniBand-vs-Ethernet study
-    # is one grid axis on one cluster.
+    # is one grid axis on one cluster. Its flag is not --network: horovodrun
+    # parses the rank command it starts too, and refuses that as an ambiguous
+    # abbreviation of its --network-interface(s).
     Setting("network", str, "", "the cluster network the ranks talk over: a name "
             "cluster.networks defines (the workflow sets its environment); '': the "
             "cluster's default route", group="data and device", axis=True,
-            pattern="^[A-Za-z0-9_.-]*$", metavar="NAME"),
+            pattern="^[A-Za-z0-9_.-]*$", metavar="NAME", cli_flag="--network-name"),
     Setting("augment", bool, True, "the data set's augmentation: pad-4 random crop and "
             "flip for CIFAR; the MNIST family has none", group="data and device"),
     # The first step is never timed: Horovod broadcasts rank 0's variables

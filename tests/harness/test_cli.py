@@ -168,3 +168,28 @@ def test_a_process_that_sees_fewer_gpus_than_its_job_asked_for_fails(tmp_path):
         result.stderr
     )
     assert not output.exists()
+
+
+def test_horovodrun_passes_every_rank_command_through_whole(monkeypatch):
+    # horovodrun --gloo parses the command it starts as well: a flag of ours
+    # that abbreviates two of its options (--network for --network-interface
+    # and --network-interfaces) stops it with "ambiguous option" (CI, once).
+    # Every setting's flag, and the probe's rank command, through its parser.
+    import sys
+
+    import horovod.runner.launch as horovodrun
+
+    from trainscale.launch_kinds import horovod_command
+    from trainscale.settings import RunSettings
+
+    train = [sys.executable, "-m", "trainscale", "train"]
+    train += RunSettings(framework="horovod", network="eth", system="a").to_cli_args()
+    train += ["--output", "record.json"]
+    probe = [sys.executable, "-m", "trainscale.probe_ranks", "--transport", "horovod-gloo"]
+    probe += ["--largest-message-bytes", "64", "--repetitions", "3", "--device", "cpu"]
+    probe += ["--output", "probe.json"]
+    for command in (train, probe):
+        argv = horovod_command(2, "gloo", command)
+        launcher = argv.index("horovod.runner.launch")
+        monkeypatch.setattr(sys, "argv", ["horovodrun", *argv[launcher + 1 :]])
+        assert horovodrun.parse_args().command == command

@@ -24,7 +24,7 @@ def probe(transport: str, tmp_path) -> dict:
     output = tmp_path / f"{transport}.json"
     trainscale(
         "probe", "--transport", transport, "--largest-message-bytes", str(LARGEST),
-        "--repetitions", "5", "--network", "lo", "--output", str(output),
+        "--repetitions", "5", "--network-name", "lo", "--output", str(output),
         timeout=300, check=True,
     )  # fmt: skip
     assert not list(tmp_path.glob("*.rank0.json")), "the ranks' partial record was left"

@@ -77,8 +77,8 @@ def test_seed_002s_study_dry_runs_with_its_probe_jobs_on_each_network():
         assert line.startswith(
             "Shell command: env GLOO_SOCKET_IFNAME=eth0 HOROVOD_GLOO_IFACE=eth0 NCCL_IB_DISABLE=1"
         )
-        assert "--network eth" in line
-    trains = re.findall(r"^Shell command: env .*trainscale run .*--network ib .*$", out, re.M)
+        assert "--network-name eth" in line
+    trains = re.findall(r"^Shell command: env .*trainscale run .*--network-name ib .*$", out, re.M)
     assert len(trains) == 28 and all("OMPI_MCA_pml=ucx" in t for t in trains)
 
 

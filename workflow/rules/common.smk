@@ -216,7 +216,7 @@ def probe_options(wildcards):
     options = [
         *("--transport", job.transport, "--nodes", job.nodes),
         *("--ranks-per-node", job.ranks_per_node, "--device", settings.device),
-        *("--network", settings.network),
+        *("--network-name", settings.network),
         *("--largest-message-bytes", probe["largest_message_bytes"]),
         *("--repetitions", probe["repetitions"], "--timeout", probe["timeout_seconds"]),
         *("--requested-gpus-per-node", job_shape(config, point)["gpus_per_node"]),
