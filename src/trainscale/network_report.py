@@ -10,19 +10,11 @@ network, transport and measure, a panel per link: seed 002's Fig. 2.
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
+from trainscale.probe import read_probes
+
 GBIT = 8e-9  # bytes per second -> Gbit/s
-
-
-def read_probes(paths: list[str]) -> list[dict]:
-    records = []
-    for path in paths:
-        with open(path) as handle:
-            records.append(json.load(handle))
-    return sorted(records, key=lambda r: (r["network"], r["transport"], r["nodes"]))
 
 
 def _network_name(record: dict) -> str:

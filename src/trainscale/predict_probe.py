@@ -22,7 +22,6 @@ fitted link alone, and its row says so.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -39,8 +38,10 @@ from trainscale.predict import (
     allreduce_terms,
     best_fit,
 )
+from trainscale.probe import read_probes
 from trainscale.registry import framework_spec
 from trainscale.settings import SETTING, RunSettings
+from trainscale.study import parse_knobs
 
 AGREEMENT_FACTOR = 2.0
 
@@ -52,21 +53,9 @@ class ProbedLink:
     ranks: int
 
 
-def read_probes(paths: list[str]) -> list[dict]:
-    probes = []
-    for path in paths:
-        with open(path) as handle:
-            probes.append(json.load(handle))
-    return probes
-
-
-def series_knobs(series: Series) -> dict[str, str]:
-    return dict(pair.split("=", 1) for pair in series.knobs.split(",") if pair)
-
-
 def probed_link(series: Series, probes: list[dict]) -> ProbedLink | None:
     """The inter-node probe of the series' network and transport, if one ran."""
-    knobs = series_knobs(series)
+    knobs = dict(parse_knobs(series.knobs))
     values = {k: SETTING[k].from_text(v) for k, v in knobs.items() if k in SETTING}
     settings = RunSettings(framework=series.framework, **values)
     transport = framework_spec(series.framework).launch.probe_transport(settings)
@@ -164,6 +153,7 @@ def probe_row(series: Series, probes: list[dict]) -> dict:
     if link is None:
         return {**row, "note": "no inter-node probe of this network: the fitted link stands alone"}
     ratio = row["fitted_inter_gb_per_s"] / (link.bandwidth * 1e-9)
+    agrees = 1 / AGREEMENT_FACTOR <= ratio <= AGREEMENT_FACTOR
     pinned = min(
         (fit_with_link(series, fit, algorithm, link) for algorithm in ALGORITHMS),
         key=lambda result: result[1],
@@ -173,9 +163,9 @@ def probe_row(series: Series, probes: list[dict]) -> dict:
         "probe_inter_gb_per_s": link.bandwidth * 1e-9,
         "probe_inter_latency_us": link.latency * 1e6,
         "fitted_over_probe": ratio,
-        "agrees": 1 / AGREEMENT_FACTOR <= ratio <= AGREEMENT_FACTOR,
+        "agrees": agrees,
         "probe_link_held_out_mape_percent": _mape(pinned, held) if held else None,
-        "note": "" if 1 / AGREEMENT_FACTOR <= ratio <= AGREEMENT_FACTOR
+        "note": "" if agrees
         else f"fitted and probed bandwidth differ by more than {AGREEMENT_FACTOR:g}x",
     }  # fmt: skip
 

@@ -192,6 +192,15 @@ def run_probe(args) -> int:
     return 0
 
 
+def read_probes(paths: list[str]) -> list[dict]:
+    """Probe records, by network, transport and nodes."""
+    records = []
+    for path in paths:
+        with open(path) as handle:
+            records.append(json.load(handle))
+    return sorted(records, key=lambda r: (r["network"], r["transport"], r["nodes"]))
+
+
 def summary(record: dict) -> dict:
     """The probe's headline: a byte's one-way latency, the largest message's bandwidths."""
     ping, reduce = record["ping_pong"], record["all_reduce"]

@@ -36,7 +36,7 @@ def probe(network="eth", gb_per_s=1.0, latency=100e-6, link="inter-node", transp
     rows = [
         {"bytes": s, "seconds": t, "algbw": s / t, "busbw": s / t} for s, t in zip(sizes, seconds)
     ]
-    return {"network": network, "transport": transport, "link": link, "ranks": 2,
+    return {"network": network, "transport": transport, "link": link, "nodes": 2, "ranks": 2,
             "all_reduce": rows, "ping_pong": []}  # fmt: skip
 
 
