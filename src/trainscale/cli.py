@@ -9,12 +9,11 @@ import argparse
 import dataclasses
 import os
 import sys
-from argparse import SUPPRESS
 
 from trainscale.launch_kinds import HOROVOD_LAUNCHER
 from trainscale.probe import TRANSPORTS, probe_parser, run_probe
 from trainscale.registry import FRAMEWORKS, framework_spec, missing_module
-from trainscale.setting import REQUIRED, Setting
+from trainscale.setting import add_argument
 from trainscale.settings import (
     OPTIONS,
     SETTING,
@@ -36,35 +35,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _add(group, setting: Setting, default=None) -> None:
-    """`setting`'s flag, as its declaration says (trainscale.setting); a bool is
-    --NAME / --no-NAME, as argparse.BooleanOptionalAction (Python 3.9+) makes
-    them, written out because the harness also runs on Python 3.8 (NVIDIA 23.03)."""
-    default = setting.default if default is None else default
-    if setting.type is bool:
-        state = "on" if default else "off"
-        help_text = f"{setting.help} (default: {state}; --no-{setting.flag[2:]} turns it off)"
-        group.add_argument(
-            setting.flag, dest=setting.name, action="store_true", default=default, help=help_text
-        )
-        group.add_argument(
-            "--no-" + setting.flag[2:], dest=setting.name, action="store_false", help=SUPPRESS
-        )
-        return
-    required = default is REQUIRED
-    choices = f"; one of {', '.join(str(c) for c in setting.choices)}" if setting.choices else ""
-    shown = "" if required or default is None else " (default: %(default)s)"
-    group.add_argument(
-        setting.flag,
-        dest=setting.name,
-        type=setting.type,
-        required=required,
-        default=None if required else default,
-        metavar=setting.metavar,
-        help=f"{setting.help}{choices}{shown}",
-    )
-
-
 def _options() -> argparse.ArgumentParser:
     """`train` and `run`'s options: one flag per declared setting and run option."""
     p = _Parser(add_help=False)
@@ -72,7 +42,7 @@ def _options() -> argparse.ArgumentParser:
     for setting in (*all_settings(), *OPTIONS):
         if setting.group not in groups:
             groups[setting.group] = p.add_argument_group(setting.group)
-        _add(groups[setting.group], setting)
+        add_argument(groups[setting.group], setting)
         if setting.name == "batch_size":
             groups[setting.group].add_argument(
                 "--global-batch-size",
@@ -126,8 +96,8 @@ def _example_parser(commands) -> None:
     )
     p.add_argument("framework", choices=FRAMEWORKS)
     p.add_argument("--replicas", type=int, default=1, help="GPUs, or CPU replicas (default 1)")
-    _add(p, SETTING["device"], default="cpu")
-    _add(p, HOROVOD_LAUNCHER)
+    add_argument(p, SETTING["device"], default="cpu")
+    add_argument(p, HOROVOD_LAUNCHER)
     p.add_argument("--timeout", type=float, default=0, help="stop it after this long (0: none)")
 
 

@@ -53,16 +53,21 @@ def process_plan(settings: RunSettings, options: RunOptions) -> Plan:
     requested = options.requested_gpus_per_node
     expect = requested // processes_per_node if requested else 0
     train_command = _train_command(settings, options, expect)
-    return rank_plan(settings, train_command, requested)
+    return rank_plan(settings, train_command, requested, options.requested_cpus_per_task)
 
 
-def rank_plan(settings: RunSettings, command: list[str], requested_gpus_per_node: int) -> Plan:
+def rank_plan(
+    settings: RunSettings,
+    command: list[str],
+    requested_gpus_per_node: int,
+    requested_cpus_per_task: int = 0,
+) -> Plan:
     """`command` started as the ranks of `settings.framework` on its nodes and
     GPUs: its launch kind's srun step inside a SLURM job, else its local plan
     (the training processes of `run`; the probe's ranks, trainscale.probe)."""
     kind = framework_spec(settings.framework).launch
     if in_slurm_job():
-        return kind.slurm_plan(settings, command, requested_gpus_per_node)
+        return kind.slurm_plan(settings, command, requested_gpus_per_node, requested_cpus_per_task)
     if settings.nodes != 1:
         raise SettingsError(
             f"--nodes {settings.nodes}: `trainscale` launches on this machine only; "

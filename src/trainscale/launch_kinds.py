@@ -89,10 +89,12 @@ class LaunchKind:
         """What this kind adds to the grid point's srun step: options and environment."""
         return [], {}
 
-    def slurm_plan(self, settings, train_command: list[str], requested_gpus: int) -> Plan:
+    def slurm_plan(
+        self, settings, train_command: list[str], requested_gpus: int, cpus_per_task: int = 0
+    ) -> Plan:
         """The srun step of a grid point inside its SLURM job (trainscale.slurm)."""
         per_node = self.processes_per_node(settings.gpus_per_node, settings.device)
-        srun = slurm.srun_command(settings.nodes, per_node, requested_gpus)
+        srun = slurm.srun_command(settings.nodes, per_node, requested_gpus, cpus_per_task)
         options, env = self.slurm_step(settings)
         return [([*srun, *options, *train_command], env)]
 

@@ -25,7 +25,8 @@ import os
 import sys
 
 from trainscale.records import atomic_write_json, host_provenance, utc_now
-from trainscale.settings import SETTING, RunSettings, SettingsError, validate
+from trainscale.setting import add_argument
+from trainscale.settings import OPTION, SETTING, RunSettings, SettingsError, validate
 
 PROBE_SCHEMA = 1
 # (nodes, ranks per node) of each link a probe measures: the node's own, the network.
@@ -145,7 +146,9 @@ def probe_parser(commands) -> None:
     )
     p.add_argument("--largest-message-bytes", type=int, default=2**28)
     p.add_argument("--repetitions", type=int, default=20)
-    p.add_argument("--requested-gpus-per-node", type=int, default=0)
+    # As `trainscale run` declares them (trainscale.settings): the job's request.
+    add_argument(p, OPTION["requested_gpus_per_node"])
+    add_argument(p, OPTION["requested_cpus_per_task"])
     p.add_argument("--timeout", type=float, default=0, help="stop after this long (0: none)")
     p.add_argument("--output", required=True)
 
@@ -165,7 +168,8 @@ def run_probe(args) -> int:
     command += ["--output", partial]
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     started = utc_now()
-    result = run_plan(rank_plan(settings, command, args.requested_gpus_per_node), args.timeout)
+    plan = rank_plan(settings, command, args.requested_gpus_per_node, args.requested_cpus_per_task)
+    result = run_plan(plan, args.timeout)
     if result.code != 0 or not os.path.exists(partial):
         why = "timed out" if result.timed_out else f"exit code {result.code}"
         print(f"trainscale probe: the ranks failed ({why})", file=sys.stderr)

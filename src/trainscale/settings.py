@@ -295,6 +295,10 @@ OPTIONS = (
     Setting("requested_gpus_per_node", int, 0,
             "(run) the GPUs per node the job asked its scheduler for; each process "
             "must see its share", minimum=0, group="output", metavar="G"),
+    Setting("requested_cpus_per_task", int, 0,
+            "(run) the CPUs per task the job asked its scheduler for; the ranks' srun "
+            "step asks for them again (0: srun's default, one)",
+            minimum=0, group="output", metavar="C"),
     Setting("timeout", float, 0.0,
             "(run) stop every process after this long and record status timeout (0: none)",
             minimum=0, group="output", metavar="SECONDS"),
@@ -313,6 +317,7 @@ OPTIONS = (
             "with the log's tail (0: never)", minimum=0, group="output", metavar="M"),
 )  # fmt: skip
 RunOptions = _dataclass("RunOptions", OPTIONS, _RunOptions)
+OPTION = {option.name: option for option in OPTIONS}
 
 
 def validate(settings, *, check_data: bool = True):

@@ -17,13 +17,18 @@ def in_slurm_job() -> bool:
     return "SLURM_JOB_ID" in os.environ
 
 
-def srun_command(nodes: int, processes_per_node: int, requested_gpus_per_node: int) -> list[str]:
+def srun_command(
+    nodes: int, processes_per_node: int, requested_gpus_per_node: int, cpus_per_task: int = 0
+) -> list[str]:
     """The srun step of a grid point inside its SLURM job, before the launch
     kind's own options (trainscale.launch_kinds).
 
-    The job's shape (nodes, tasks, GPUs) was set at submission from the grid
-    point; the step asks for it again explicitly, because Snakemake's jobstep
-    plugin strips the SLURM_* variables srun would otherwise inherit.
+    The job's shape (nodes, tasks, GPUs, CPUs per task) was set at submission
+    from the grid point; the step asks for it again explicitly, because
+    Snakemake's jobstep plugin (0.6.1) strips the SLURM_* variables srun
+    would otherwise inherit, and srun since SLURM 22.05 no longer takes the
+    job's --cpus-per-task anyway (its release notes). Without it each rank gets one CPU, and no
+    SLURM_CPUS_PER_TASK to size its threads by (settings.cpu_share).
     """
     # Even one process runs as a step of its own, not in the batch step: when
     # SLURM's cgroup kills it for memory, that marks the step OUT_OF_MEMORY
@@ -42,6 +47,8 @@ def srun_command(nodes: int, processes_per_node: int, requested_gpus_per_node: i
     ]
     if requested_gpus_per_node:
         srun.append(f"--gres=gpu:{requested_gpus_per_node}")
+    if cpus_per_task:
+        srun.append(f"--cpus-per-task={cpus_per_task}")
     return srun
 
 

@@ -376,7 +376,12 @@ def slurm_resources(config: dict, point: GridPoint, attempt: int = 1) -> dict:
         "gres": shape["gres"] or "",
         "slurm_partition": cluster.get("partition") or "",
         "slurm_account": cluster.get("account") or "",
-        # A `qos` resource of "" would still reach sbatch as --qos=''.
-        "slurm_extra": f"--qos={cluster['qos']}" if cluster.get("qos") else "",
+        # The plugin (2.8.0) refuses --qos in slurm_extra and asks for its
+        # `qos` resource; None leaves it unset (an empty one would reach sbatch
+        # as --qos='').
+        "qos": cluster.get("qos") or None,
+        # The plugin names every job of a run alike (its run ID): a singleton
+        # starts once the one before it has ended.
+        "slurm_extra": "--dependency=singleton" if cluster.get("one_job_at_a_time") else "",
     }
     return resources

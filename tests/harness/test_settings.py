@@ -123,8 +123,12 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
 
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     s = RunSettings(framework="horovod", nodes=2, gpus_per_node=2, dataset="synthetic")
-    [(argv, env)] = process_plan(s, RunOptions("r.json", requested_gpus_per_node=2))
-    assert argv[:7] == [
+    options = RunOptions("r.json", requested_gpus_per_node=2, requested_cpus_per_task=3)
+    [(argv, env)] = process_plan(s, options)
+    # The job's CPUs per task asked for again: srun (SLURM >= 22.05) does
+    # not inherit them, and without them a rank gets one CPU and no
+    # SLURM_CPUS_PER_TASK to size its threads by.
+    assert argv[:8] == [
         "srun",
         "--nodes=2",
         "--ntasks=4",
@@ -132,6 +136,7 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
         "--kill-on-bad-exit=1",
         "--export=ALL",
         "--gres=gpu:2",
+        "--cpus-per-task=3",
     ]
     assert "--mpi=pmix" in argv and argv[argv.index("--expect-cuda-devices") + 1] == "1"
     mirrored = RunSettings(framework="tf-mirrored", gpus_per_node=4, dataset="synthetic")
@@ -139,7 +144,7 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     # One process is a step of its own too (SLURM then marks the step, not
     # the job, OUT_OF_MEMORY), holding all 4 GPUs.
     assert argv[:4] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1"]
-    assert "--gres=gpu:4" in argv
+    assert "--gres=gpu:4" in argv and not any(a.startswith("--cpus-per-task") for a in argv)
     assert argv[argv.index("--expect-cuda-devices") + 1] == "4"
 
 

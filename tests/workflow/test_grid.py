@@ -137,7 +137,10 @@ def test_slurm_resources_in_the_plugins_terms(framework, nodes, gpn, expected):
     got = slurm_resources(config, GridPoint(framework, "vgg16", 64, nodes, gpn))
     assert {k: got[k] for k in expected} == expected
     assert got["tasks_per_gpu"] == 0 and got["gres"] == f"gpu:v100:{gpn}"
-    assert got["slurm_partition"] == "gpu" and got["slurm_extra"] == "--qos=long"
+    assert got["slurm_partition"] == "gpu" and got["qos"] == "long" and not got["slurm_extra"]
+    config["cluster"]["one_job_at_a_time"] = True
+    got = slurm_resources(config, GridPoint(framework, "vgg16", 64, nodes, gpn))
+    assert got["slurm_extra"] == "--dependency=singleton"
 
 
 def knob_config(**knobs):

@@ -292,12 +292,12 @@ def test_the_shaped_network_is_probed_at_its_rate_and_slows_training_across_node
 ):
     # tests/slurm-lab/network.yaml: DDP over the lab's two networks, chosen by
     # interface (GLOO_SOCKET_IFNAME), with the probe on each. One job at a
-    # time: the lab's nodes share this machine's cores, and a job beside
-    # another would measure the other's load, not the network.
+    # time (cluster.one_job_at_a_time): the lab's nodes share this machine's
+    # cores, and a job beside another would measure the other's load.
     repo = copy_repository(str(tmp_path / "repo"))
     with open(os.path.join(REPO, "tests", "slurm-lab", "network.yaml")) as handle:
         config = yaml.safe_load(handle)
-    args = [*profile_args(repo, "network.yaml", config), "--jobs", "1"]
+    args = profile_args(repo, "network.yaml", config)
     result = snakemake(repo, *args, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]
     folder = Path(repo, "results", "slurm-lab-network")
@@ -311,7 +311,7 @@ def test_the_shaped_network_is_probed_at_its_rate_and_slows_training_across_node
     shaped, fast = probes["shaped", "n2r1"], probes["fast", "n2r1"]
     assert shaped["hosts"] == ["node1", "node2"] and shaped["link"] == "inter-node"
     assert shaped["environment"]["GLOO_SOCKET_IFNAME"] == "eth1"
-    # The configured rate, within 20 %, at the largest message (4 MiB);
+    # The configured rate, within 20 %, at the largest message (1 MiB);
     # unshaped, the same path moves several times more.
     assert 0.8 * SHAPED_RATE < shaped["ping_pong"][-1]["bandwidth"] < 1.2 * SHAPED_RATE
     assert fast["ping_pong"][-1]["bandwidth"] > 5 * SHAPED_RATE
@@ -319,26 +319,30 @@ def test_the_shaped_network_is_probed_at_its_rate_and_slows_training_across_node
     # the veth path's and the scheduler's, under 5 ms on this shared machine.
     assert shaped["ping_pong"][0]["latency"] < 5e-3
 
-    # Training across the two nodes is slower over the shaped network: the
-    # 2-node cells together (one cell alone swings by 2x on this shared
-    # machine; together, four runs here gave 0.56 to 0.73 of the fast rate).
-    tidy = pd.read_csv(folder / "throughput.csv")
-    across = tidy[tidy["nodes"] == 2].groupby("knobs")["images_per_sec_mean"].sum()
-    assert across["network=shaped"] < 0.9 * across["network=fast"], across
+    # Training across the two nodes is slower over the shaped network: 2
+    # nodes of 1 rank, 0.57 of the fast rate here (0.72 MB a step at 25 MB/s
+    # is 29 ms beside 24 ms of compute).
+    tidy = pd.read_csv(folder / "throughput.csv").set_index(["knobs", "nodes", "gpus_per_node"])
+    rate = tidy["images_per_sec_mean"]
+    assert rate["network=shaped", 2, 1] < 0.8 * rate["network=fast", 2, 1], rate
     efficiency = (folder / "tables" / "efficiency.md").read_text()
     assert "network=fast" in efficiency and "network=shaped" in efficiency
-    # The step model beside the probe, fitted on the 1-node cells and one
-    # 2-node cell: computed and shown, whatever it shows (issue 23's goal,
-    # within 2x of the configured rate, is not met here yet: see the README).
+    # The step model, fitted on the 1-node cells and 2 nodes of 1 rank,
+    # recovers the configured rate within 2x and agrees with the probe
+    # (issue 23's test of the traffic model), and its error on the held-out
+    # cell (2 nodes of 2) is reported both ways.
     (compared,) = (
         pd.read_csv(folder / "tables" / "predicted_vs_probe.csv")
         .query("knobs == 'network=shaped'")
         .to_dict("records")
     )
+    assert 0.5 < compared["fitted_inter_gb_per_s"] / (SHAPED_RATE * 1e-9) < 2, compared
     # The probe's bus bandwidth at the gradient's 0.72 MB: under the rate
     # (latency still counts at that size), never over it.
-    assert 0.5 < compared["probe_inter_gb_per_s"] / (SHAPED_RATE * 1e-9) < 1.05
-    assert compared["agrees"] == (0.5 <= compared["fitted_over_probe"] <= 2)
+    assert 0.5 < compared["probe_inter_gb_per_s"] / (SHAPED_RATE * 1e-9) < 1.05, compared
+    assert compared["agrees"] and compared["held_out_cells"] == 1, compared
+    for held_out in ("fitted_held_out_mape_percent", "probe_link_held_out_mape_percent"):
+        assert 0 <= compared[held_out] < 100, compared
     tables = [
         (folder / "tables" / f"{name}.md").read_text()
         for name in ("network", "efficiency", "predicted_vs_probe", "predicted_parameters")

@@ -220,6 +220,7 @@ def probe_options(wildcards):
         *("--largest-message-bytes", probe["largest_message_bytes"]),
         *("--repetitions", probe["repetitions"], "--timeout", probe["timeout_seconds"]),
         *("--requested-gpus-per-node", job_shape(config, point)["gpus_per_node"]),
+        *("--requested-cpus-per-task", probe_slurm(wildcards)["cpus_per_task"]),
     ]
     return " ".join(shlex.quote(str(option)) for option in options)
 

@@ -26,6 +26,7 @@ rule probe:
         runtime=lambda wildcards: probe_slurm(wildcards)["runtime"],
         slurm_partition=lambda wildcards: probe_slurm(wildcards)["slurm_partition"],
         slurm_account=lambda wildcards: probe_slurm(wildcards)["slurm_account"],
+        qos=lambda wildcards: probe_slurm(wildcards)["qos"],
         slurm_extra=lambda wildcards: probe_slurm(wildcards)["slurm_extra"],
         # Probes and benchmarks must not share a machine (as train jobs).
         benchmark_slots=1,

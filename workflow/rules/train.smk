@@ -30,6 +30,7 @@ rule train:
         runtime=lambda wildcards, attempt: slurm(wildcards, attempt)["runtime"],
         slurm_partition=lambda wildcards: slurm(wildcards)["slurm_partition"],
         slurm_account=lambda wildcards: slurm(wildcards)["slurm_account"],
+        qos=lambda wildcards: slurm(wildcards)["qos"],
         slurm_extra=lambda wildcards: slurm(wildcards)["slurm_extra"],
         attempt=lambda wildcards, attempt: attempt,
         # A benchmark must not share its machine with another benchmark: the
@@ -47,7 +48,7 @@ rule train:
         # log's tail) so that collect, tables and figures go on without it.
         attempts=TRAIN_RETRIES + 1,
     shell:
-        "{params.network}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record} > {log} 2>&1"
+        "{params.network}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record} > {log} 2>&1"
 
 
 rule write_digits:
