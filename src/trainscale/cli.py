@@ -128,7 +128,8 @@ def _predict_parser(commands) -> None:
 
 
 def _predict(args) -> int:
-    from trainscale.predict import PREDICT_GPUS_PER_NODE, PREDICT_NODES, write_predictions
+    from trainscale.predict import PREDICT_GPUS_PER_NODE, PREDICT_NODES
+    from trainscale.predict_report import write_predictions
 
     args.nodes = args.nodes or list(PREDICT_NODES)
     args.gpus_per_node = args.gpus_per_node or list(PREDICT_GPUS_PER_NODE)

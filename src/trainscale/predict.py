@@ -51,7 +51,6 @@ Needs NumPy, SciPy and pandas: no TensorFlow, no torch.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +106,9 @@ class Series:
     cells: tuple[Cell, ...]
     passes: float = 2.0  # ring passes over the gradient per step (registry.Traffic)
     refused: str = ""  # why the model cannot say what a step moves ("" if it can)
+    # The inter-node link (seconds per byte, seconds per ring step) when it is
+    # fixed, to the network probe's numbers (trainscale.predict_probe), not fitted.
+    inter_link: tuple[float, float] | None = None
 
     @property
     def name(self) -> str:
@@ -196,21 +198,27 @@ def _links_seen(cells, algorithm) -> set[str]:
     return seen
 
 
-def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple[StepModel, float]:
-    """The least-squares fit on `cells` (default: all of the series'); returns
-    the model and its root-mean-square relative error of the step time.
+@dataclass(frozen=True)
+class _Problem:
+    """A series' cells set up for fitting: each multi-GPU cell's measured step,
+    the terms that multiply its free link parameters, and its known seconds
+    of exchange (over a fixed link)."""
 
-    The max() in the step makes the problem non-convex (a link whose cells
-    are all hidden has no gradient), so the overlap is searched on a grid:
-    with it fixed, the all-reduce is linear in the link parameters, solved by
-    non-negative least squares on the cells that show communication; the
-    best grid point is then refined with all five free.
-    """
-    from scipy.optimize import least_squares, nnls
+    compute: float
+    measured: np.ndarray
+    terms: np.ndarray
+    known: np.ndarray
+    tied: tuple[str, ...]
 
+    def residuals(self, free) -> np.ndarray:
+        hidden = free[-1] * BACKWARD_SHARE * self.compute
+        exposed = np.maximum(0.0, self.terms @ np.asarray(free[:-1]) + self.known - hidden)
+        return (self.compute + exposed) / self.measured - 1
+
+
+def _problem(series: Series, cells, algorithm: str) -> _Problem:
     if series.refused:
         raise PredictError(f"not fitted: {series.refused}, so a step's traffic is unknown")
-    cells = list(series.cells if cells is None else cells)
     single = [c for c in cells if c.gpus == 1]
     if not single:
         raise PredictError("no 1-GPU cell: the compute time per step is unknown")
@@ -219,25 +227,26 @@ def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple
     seen = _links_seen(multi, algorithm)
     if not seen:
         raise PredictError("no multi-GPU cell to fit the communication to")
-    tied = tuple(sorted({"intra", "inter"} - seen))
+    fixed = series.inter_link
+    # A link no cell crossed takes the other's values (a fixed one's, if fixed).
+    tied = tuple(sorted({"intra", "inter"} - seen - ({"inter"} if fixed else set())))
     nodes = np.array([c.nodes for c in multi])
     gpus = np.array([c.gpus_per_node for c in multi])
     measured = series.batch_size * nodes * gpus / np.array([c.images_per_sec for c in multi])
     terms = allreduce_terms(series.gradient_bytes, algorithm, nodes, gpus, series.passes)
-    if tied:  # the link no cell crossed takes the other's values: its columns join them
+    if fixed:  # only the intra-node link is free (its columns are zero where unseen)
+        return _Problem(compute, measured, terms[:, :2], terms[:, 2:] @ np.asarray(fixed), tied)
+    if tied:  # the link no cell crossed: its columns join the other's
         terms = terms[:, :2] + terms[:, 2:]
-    backward = BACKWARD_SHARE * compute
+    return _Problem(compute, measured, terms, np.zeros(len(multi)), tied)
 
-    def full(free) -> tuple[float, ...]:
-        links = tuple(free[:2]) * 2 if tied else tuple(free[:4])
-        return (*links, float(free[-1]))
 
-    def residuals(free):
-        hidden = free[-1] * backward
-        exposed = np.maximum(0.0, terms @ np.asarray(free[:-1]) - hidden)
-        return (compute + exposed) / measured - 1
+def _grid_start(problem: _Problem) -> np.ndarray:
+    """The best overlap on a grid, each with its links by non-negative least squares."""
+    from scipy.optimize import nnls
 
-    exposed = measured - compute
+    terms, measured = problem.terms, problem.measured
+    exposed = measured - problem.compute - problem.known
     shows = exposed > 0.005 * measured  # communication above the noise
     scale = np.linalg.norm(terms, axis=0)
     scale[scale == 0] = 1
@@ -246,31 +255,55 @@ def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple
         links = np.zeros(terms.shape[1])
         if shows.any():
             weights = 1 / measured[shows]
-            target = (exposed[shows] + overlap * backward) * weights
+            target = (exposed[shows] + overlap * BACKWARD_SHARE * problem.compute) * weights
             solution, _ = nnls(terms[shows] / scale * weights[:, None], target)
             links = solution / scale
         free = np.append(links, overlap)
-        candidates.append((float(np.sum(residuals(free) ** 2)), free))
-    _, start = min(candidates, key=lambda candidate: candidate[0])
+        candidates.append((float(np.sum(problem.residuals(free) ** 2)), free))
+    return min(candidates, key=lambda candidate: candidate[0])[1]
+
+
+def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple[StepModel, float]:
+    """The least-squares fit on `cells` (default: all of the series'); returns
+    the model and its root-mean-square relative error of the step time.
+
+    The max() in the step makes the problem non-convex (a link whose cells
+    are all hidden has no gradient), so the overlap is searched on a grid:
+    with it fixed, the all-reduce is linear in the link parameters, solved by
+    non-negative least squares on the cells that show communication; the
+    best grid point is then refined with all five free. A series whose
+    inter-node link is fixed (Series.inter_link) fits the other three, its
+    intra-node link taking the fixed one's values where no cell crosses it.
+    """
+    from scipy.optimize import least_squares
+
+    problem = _problem(series, list(series.cells if cells is None else cells), algorithm)
+    start = _grid_start(problem)
     step_scale = np.append(np.where(np.arange(len(start) - 1) % 2 == 0, 1e-10, 1e-5), 0.1)
     refined = least_squares(
-        residuals,
+        problem.residuals,
         start,
         bounds=(np.zeros(len(start)), np.append(np.full(len(start) - 1, np.inf), 1.0)),
         x_scale=step_scale,
         method="trf",
     )
-    best = refined.x if 2 * refined.cost <= np.sum(residuals(start) ** 2) else start
+    start_cost = np.sum(problem.residuals(start) ** 2)
+    best = refined.x if 2 * refined.cost <= start_cost else start
+    fixed, tied = series.inter_link, problem.tied
+    if fixed:
+        links = (*(fixed if "intra" in tied else best[:2]), *fixed)
+    else:
+        links = tuple(best[:2]) * 2 if tied else tuple(best[:4])
     model = StepModel(
-        compute,
-        full(best),
+        problem.compute,
+        (*(float(v) for v in links), float(best[-1])),
         algorithm,
         series.gradient_bytes,
         series.batch_size,
         tied,
         series.passes,
     )
-    rms = float(np.sqrt(np.mean(residuals(best) ** 2)))
+    rms = float(np.sqrt(np.mean(problem.residuals(best) ** 2)))
     return model, rms
 
 
@@ -391,291 +424,3 @@ def holdout_split(cells) -> tuple[list[Cell], list[Cell], str]:
     limit = max(c.gpus_per_node for c in cells) // 2
     fit = [c for c in cells if c.gpus_per_node <= limit]
     return fit, [c for c in cells if c.gpus_per_node > limit], f"GPUs <= {limit}"
-
-
-# --------------------------------------------------------------------------
-# The three tables
-# --------------------------------------------------------------------------
-
-
-def _feasible(series: Series, nodes: list[int], gpus_per_node: list[int]):
-    spec = framework_spec(series.framework)
-    for n in nodes:
-        for g in gpus_per_node:
-            if spec.one_device and n * g > 1:
-                continue
-            if spec.one_node and n > 1:
-                continue
-            yield n, g
-
-
-def predicted_table(fitted: dict, nodes, gpus_per_node, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    rows = []
-    for series, result in fitted.items():
-        if isinstance(result, str):
-            continue
-        single = series.batch_size / result.model.compute
-        measured = {(c.nodes, c.gpus_per_node): c for c in series.cells}
-        for n, g in _feasible(series, nodes, gpus_per_node):
-            point, low, high = result.predict([n], [g], rng)
-            cell = measured.get((n, g))
-            rows.append(
-                {
-                    "framework": series.framework,
-                    "model": series.model,
-                    "batch_size": series.batch_size,
-                    "knobs": series.knobs,
-                    "nodes": n,
-                    "gpus_per_node": g,
-                    "gpus": n * g,
-                    "predicted_images_per_sec": float(point[0]),
-                    "low_images_per_sec": float(low[0]),
-                    "high_images_per_sec": float(high[0]),
-                    "predicted_efficiency": float(point[0]) / (n * g * single),
-                    "low_efficiency": float(low[0]) / (n * g * single),
-                    "high_efficiency": float(high[0]) / (n * g * single),
-                    "measured_images_per_sec": cell.images_per_sec if cell else np.nan,
-                    "measured_std": cell.std if cell else np.nan,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def _interval(values) -> tuple[float, float]:
-    low, high = np.percentile(np.asarray(values), [2.5, 97.5])
-    return float(low), float(high)
-
-
-def _tied_note(series: Series, model: StepModel) -> str:
-    """Say which link no cell crossed, where it matters (not for a one-node framework's network)."""
-    tied = [
-        t for t in model.tied if not (t == "inter" and framework_spec(series.framework).one_node)
-    ]
-    return (
-        f"{tied[0]}-node link not crossed by any fitted cell: taken equal to the other"
-        if tied
-        else ""
-    )
-
-
-def parameters_table(fitted: dict) -> pd.DataFrame:
-    """The fitted parameters with units and 95 % intervals: bandwidths in GB/s,
-    latencies in µs, the overlap as a fraction of the backward pass."""
-    rows = []
-    for series, result in fitted.items():
-        if isinstance(result, str):
-            rows.append({"framework": series.framework, "model": series.model, "note": result})
-            continue
-        model = result.model
-        row = {
-            "framework": series.framework,
-            "model": series.model,
-            "batch_size": series.batch_size,
-            "knobs": series.knobs,
-            "algorithm": model.algorithm,
-            "gradient_mb": series.gradient_bytes / 1e6,
-            "compute_ms": model.compute * 1e3,
-            "fit_rms_percent": 100 * result.rms,
-        }
-        links = {"intra": (0, 1), "inter": (2, 3)}
-        if framework_spec(series.framework).one_node:  # no network to speak of
-            links.pop("inter")
-        for name, (per_byte, latency) in links.items():
-            bandwidths = [1e-9 / max(r.parameters[per_byte], 1e-30) for r in result.refits]
-            latencies = [r.parameters[latency] * 1e6 for r in result.refits]
-            row[f"{name}_gb_per_s"] = 1e-9 / max(model.parameters[per_byte], 1e-30)
-            row[f"{name}_gb_per_s_low"], row[f"{name}_gb_per_s_high"] = _interval(bandwidths)
-            row[f"{name}_latency_us"] = model.parameters[latency] * 1e6
-            row[f"{name}_latency_us_low"], row[f"{name}_latency_us_high"] = _interval(latencies)
-        overlaps = [r.parameters[4] for r in result.refits]
-        row["overlap"] = model.parameters[4]
-        row["overlap_low"], row["overlap_high"] = _interval(overlaps)
-        row["note"] = _tied_note(series, model)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def holdout_table(series_list: list[Series], seed: int = 0) -> pd.DataFrame:
-    """Per series: fit on the smaller cells, the error on the larger ones."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for series in series_list:
-        fit_cells, held, rule = holdout_split(series.cells)
-        row = {"framework": series.framework, "model": series.model,
-               "batch_size": series.batch_size, "knobs": series.knobs, "fit_on": rule,
-               "fit_cells": len(fit_cells), "held_out_cells": len(held)}  # fmt: skip
-        if not held:
-            rows.append({**row, "note": "no larger cells to hold out"})
-            continue
-        try:
-            result = bootstrap(series, fit_cells, seed=seed)
-        except PredictError as err:
-            rows.append({**row, "note": str(err)})
-            continue
-        point, low, high = result.predict(
-            [c.nodes for c in held], [c.gpus_per_node for c in held], rng
-        )
-        measured = np.array([c.images_per_sec for c in held])
-        errors = np.abs(point / measured - 1)
-        inside = int(np.sum((measured >= low) & (measured <= high)))
-        rows.append(
-            {
-                **row,
-                "algorithm": result.model.algorithm,
-                "mape_percent": 100 * float(np.mean(errors)),
-                "worst_percent": 100 * float(np.max(errors)),
-                "inside_band": inside,
-                "note": _tied_note(series, result.model),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def fit_study(series_list: list[Series], seed: int = 0) -> dict:
-    """Each series' bootstrap on all its cells, or the one line why not."""
-    fitted = {}
-    for series in series_list:
-        if framework_spec(series.framework).one_device:
-            continue
-        try:
-            fitted[series] = bootstrap(series, seed=seed)
-        except PredictError as err:
-            fitted[series] = str(err)
-    return fitted
-
-
-def _band(value, low, high, digits: int = 1) -> str:
-    if pd.isna(value):
-        return ""
-    # A bandwidth whose refits reach 0 seconds per byte: the data do not bound it.
-    upper = "unbounded" if high > 1e5 else f"{high:.{digits}f}"
-    return f"{value:.{digits}f} ({low:.{digits}f} to {upper})"
-
-
-def _shown_predicted(table: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "Framework": [label(f) for f in table["framework"]],
-            "Model": table["model"],
-            "Batch/GPU": table["batch_size"],
-            "Knobs": table["knobs"],
-            "Nodes": table["nodes"],
-            "GPUs per node": table["gpus_per_node"],
-            "GPUs": table["gpus"],
-            "Predicted images/sec (95 % band)": [
-                _band(*v, digits=0)
-                for v in table[
-                    ["predicted_images_per_sec", "low_images_per_sec", "high_images_per_sec"]
-                ].to_numpy()  # fmt: skip
-            ],
-            "Efficiency (95 % band)": [
-                _band(*v, digits=2)
-                for v in table[
-                    ["predicted_efficiency", "low_efficiency", "high_efficiency"]
-                ].to_numpy()  # fmt: skip
-            ],
-            "Measured images/sec": [
-                "" if pd.isna(m) else f"{m:.0f} ± {s:.0f}"
-                for m, s in zip(
-                    table["measured_images_per_sec"], table["measured_std"], strict=True
-                )  # fmt: skip
-            ],
-        }
-    )
-
-
-def _shown_parameters(table: pd.DataFrame) -> pd.DataFrame:
-    shown = {"Framework": [label(f) for f in table["framework"]], "Model": table["model"]}
-    if "algorithm" not in table:
-        return pd.DataFrame({**shown, "Note": table["note"]})
-    shown.update(
-        {
-            "Algorithm": table["algorithm"].fillna(""),
-            "Gradient (MB)": [f"{v:.1f}" if pd.notna(v) else "" for v in table["gradient_mb"]],
-            "Compute (ms/step)": [f"{v:.1f}" if pd.notna(v) else "" for v in table["compute_ms"]],
-        }
-    )
-    for name, unit, digits in (("intra_gb_per_s", "Intra-node GB/s", 1),
-                               ("intra_latency_us", "Intra-node latency (µs)", 0),
-                               ("inter_gb_per_s", "Inter-node GB/s", 1),
-                               ("inter_latency_us", "Inter-node latency (µs)", 0),
-                               ("overlap", "Overlap", 2)):  # fmt: skip
-        if name not in table:
-            continue
-        shown[unit] = [
-            _band(v, lo, hi, digits)
-            for v, lo, hi in table[[name, f"{name}_low", f"{name}_high"]].to_numpy()
-        ]
-    shown["Fit error (% RMS)"] = [
-        f"{v:.1f}" if pd.notna(v) else "" for v in table["fit_rms_percent"]
-    ]
-    shown["Note"] = table["note"].fillna("")
-    return pd.DataFrame(shown)
-
-
-def _shown_holdout(table: pd.DataFrame) -> pd.DataFrame:
-    names = {"framework": "Framework", "model": "Model", "batch_size": "Batch/GPU",
-             "knobs": "Knobs", "fit_on": "Fit on", "fit_cells": "Fit cells",
-             "held_out_cells": "Held-out cells", "algorithm": "Algorithm",
-             "mape_percent": "MAPE (%)", "worst_percent": "Worst (%)",
-             "inside_band": "Inside the 95 % band", "note": "Note"}  # fmt: skip
-    shown = table.rename(columns=names)
-    shown["Framework"] = [label(f) for f in shown["Framework"]]
-    for column in ("MAPE (%)", "Worst (%)"):
-        if column in shown:
-            shown[column] = [f"{v:.1f}" if pd.notna(v) else "" for v in shown[column]]
-    if "Inside the 95 % band" in shown:
-        shown["Inside the 95 % band"] = [
-            f"{int(i)} of {int(n)}" if pd.notna(i) else ""
-            for i, n in zip(shown["Inside the 95 % band"], shown["Held-out cells"], strict=True)
-        ]
-    return shown.fillna("")
-
-
-TABLES = {
-    "predicted": ("Predicted throughput and efficiency, with 95 % bands", _shown_predicted),
-    "predicted_parameters": (
-        "The fitted step model per series (95 % intervals from the bootstrap)",
-        _shown_parameters,
-    ),
-    "predicted_holdout": (
-        "Held-out check: fitted on the smaller cells, error on the larger ones",
-        _shown_holdout,
-    ),
-}
-
-
-def _write(table: pd.DataFrame, folder: str, name: str) -> None:
-    """CSV: every number; Markdown and LaTeX: the readable columns."""
-    from trainscale.records import atomic_write_text
-    from trainscale.rendering import to_latex, to_markdown
-
-    caption, shown = TABLES[name]
-    display = shown(table) if len(table) else pd.DataFrame({"Note": ["no series to fit"]})
-    display = display.astype(str)
-    atomic_write_text(os.path.join(folder, f"{name}.csv"), table.to_csv(index=False))
-    atomic_write_text(os.path.join(folder, f"{name}.md"), to_markdown(display, caption))
-    atomic_write_text(os.path.join(folder, f"{name}.tex"), to_latex(display, caption))
-
-
-def write_predictions(
-    tidy_csv: str,
-    folder: str,
-    figure_paths: list[str],
-    nodes: list[int],
-    gpus_per_node: list[int],
-    seed: int = 0,
-) -> None:
-    """tables/predicted{,_parameters,_holdout}.{csv,md,tex} and the figure, for a study."""
-    from trainscale.figures import predicted as draw
-
-    series_list = study_series(pd.read_csv(tidy_csv))
-    fitted = fit_study(series_list, seed)
-    predicted = predicted_table(fitted, nodes, gpus_per_node, seed)
-    holdout = holdout_table([s for s in series_list if s in fitted], seed)
-    _write(predicted, folder, "predicted")
-    _write(parameters_table(fitted), folder, "predicted_parameters")
-    _write(holdout, folder, "predicted_holdout")
-    draw(series_list, fitted, predicted, figure_paths)
-    print(holdout.to_string(), flush=True)

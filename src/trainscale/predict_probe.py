@@ -11,7 +11,9 @@ fixed to the probe's numbers.
 - The fit here sees the inter-node link once: it is fitted on the 1-node
   cells and the smallest multi-node cell, and held out on the other cells
   (link_split). Fitted that way and again with the inter-node link fixed to
-  the probe's, the held-out error says which link explains the larger cells.
+  the probe's (Series.inter_link), the held-out error says which link
+  explains the larger cells. The `predict.link: probe` setting fixes it the
+  same way for the study's predictions (trainscale.predict_report).
 - A fitted bandwidth more than AGREEMENT_FACTOR from the probe's is flagged:
   the probe moves one buffer between otherwise idle ranks, a step moves the
   gradient between busy ones, so the two agree within a factor, not exactly.
@@ -22,22 +24,14 @@ fitted link alone, and its row says so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from trainscale.predict import (
-    ALGORITHMS,
-    BACKWARD_SHARE,
-    Cell,
-    PredictError,
-    Series,
-    StepModel,
-    allreduce_terms,
-    best_fit,
-)
+from trainscale.predict import Cell, PredictError, Series, StepModel, best_fit
 from trainscale.probe import read_probes
 from trainscale.registry import framework_spec
 from trainscale.settings import SETTING, RunSettings
@@ -80,47 +74,24 @@ def probed_link(series: Series, probes: list[dict]) -> ProbedLink | None:
     return ProbedLink(bandwidth, record["all_reduce"][0]["seconds"] / steps, record["ranks"])
 
 
+def with_link(series: Series, link: ProbedLink) -> Series:
+    """The series with its inter-node link fixed to the probe's."""
+    return dataclasses.replace(series, inter_link=(1 / link.bandwidth, link.latency))
+
+
+def with_probed_links(series_list: list[Series], probe_paths: list[str]) -> list[Series]:
+    """Each series with its network's probed inter-node link fixed (the
+    `predict.link: probe` setting); a series with no such probe as it was."""
+    probes = read_probes(probe_paths)
+    found = [(series, probed_link(series, probes)) for series in series_list]
+    return [with_link(series, link) if link else series for series, link in found]
+
+
 def link_split(cells) -> tuple[list[Cell], list[Cell]]:
     """(fit, held out): the 1-node cells and the multi-node cell of fewest GPUs; the rest."""
     across = sorted((c for c in cells if c.nodes > 1), key=lambda c: (c.gpus, c.nodes))
     fit = [c for c in cells if c.nodes == 1] + across[:1]
     return fit, across[1:]
-
-
-def fit_with_link(
-    series: Series, cells, algorithm: str, link: ProbedLink
-) -> tuple[StepModel, float]:
-    """The step model with the inter-node link fixed to `link`: compute from
-    the 1-GPU cells, the intra-node link and the overlap fitted (the
-    intra-node link takes the probe's values where no cell crosses it)."""
-    from scipy.optimize import least_squares
-
-    single = [c for c in cells if c.gpus == 1]
-    if not single:
-        raise PredictError("no 1-GPU cell: the compute time per step is unknown")
-    compute = series.batch_size / float(np.mean([c.images_per_sec for c in single]))
-    multi = [c for c in cells if c.gpus > 1]
-    nodes, gpus = np.array([c.nodes for c in multi]), np.array([c.gpus_per_node for c in multi])
-    measured = series.batch_size * nodes * gpus / np.array([c.images_per_sec for c in multi])
-    terms = allreduce_terms(series.gradient_bytes, algorithm, nodes, gpus, series.passes)
-    inter = (1 / link.bandwidth, link.latency)
-    intra_seen = bool(terms[:, :2].any())
-
-    def full(free) -> tuple[float, ...]:
-        return (*(free[:2] if intra_seen else inter), *inter, float(free[-1]))
-
-    def residuals(free):
-        hidden = free[-1] * BACKWARD_SHARE * compute
-        exposed = np.maximum(0.0, terms @ np.array(full(free)[:4]) - hidden)
-        return (compute + exposed) / measured - 1
-
-    start = np.array([1e-9, 1e-5, 0.5])
-    bounds = (np.zeros(3), np.array([np.inf, np.inf, 1.0]))
-    best = least_squares(residuals, start, bounds=bounds, x_scale=[1e-10, 1e-5, 0.1]).x
-    model = StepModel(
-        compute, full(best), algorithm, series.gradient_bytes, series.batch_size, (), series.passes
-    )
-    return model, float(np.sqrt(np.mean(residuals(best) ** 2)))
 
 
 def _mape(model: StepModel, held) -> float:
@@ -154,10 +125,7 @@ def probe_row(series: Series, probes: list[dict]) -> dict:
         return {**row, "note": "no inter-node probe of this network: the fitted link stands alone"}
     ratio = row["fitted_inter_gb_per_s"] / (link.bandwidth * 1e-9)
     agrees = 1 / AGREEMENT_FACTOR <= ratio <= AGREEMENT_FACTOR
-    pinned = min(
-        (fit_with_link(series, fit, algorithm, link) for algorithm in ALGORITHMS),
-        key=lambda result: result[1],
-    )[0]
+    pinned, _ = best_fit(with_link(series, link), fit)
     return {
         **row,
         "probe_inter_gb_per_s": link.bandwidth * 1e-9,

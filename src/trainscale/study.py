@@ -273,6 +273,10 @@ def check_config(config: dict, root: str = ".", cached: bool = False) -> list[Gr
         except SettingsError as err:
             raise ConfigError(f"config key benchmark/grid ({point.stem()}): {err}") from None
     _check_networks(config, points)
+    if (config.get("predict") or {}).get("link") == "probe" and not (
+        (config.get("probe") or {}).get("enabled")
+    ):
+        raise ConfigError("predict.link: probe needs probe.enabled: true (no probe, no link)")
     return points
 
 

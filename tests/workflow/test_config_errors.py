@@ -308,6 +308,15 @@ def test_a_network_the_cluster_does_not_define_is_refused_naming_those_it_does()
         check(config)
 
 
+def test_the_probes_link_in_predict_needs_the_probe():
+    config = base()
+    config["predict"] = {"link": "probe"}
+    with pytest.raises(ConfigError, match=r"predict\.link: probe needs probe\.enabled: true"):
+        check(config)
+    config["probe"] = {"enabled": True}
+    assert check(config)
+
+
 def test_each_network_of_the_grid_runs_with_its_own_environment():
     config = base()
     config["cluster"]["networks"] = {

@@ -6,13 +6,14 @@ import json
 
 import pytest
 
-from trainscale.predict import Cell, Series, StepModel
+from trainscale.predict import Cell, Series, StepModel, fit_step_model
 from trainscale.predict_probe import (
-    fit_with_link,
     link_split,
     probe_row,
     probe_table,
     probed_link,
+    with_link,
+    with_probed_links,
 )
 
 GRADIENT = 100_000_000  # bytes
@@ -58,9 +59,9 @@ def test_the_fit_sees_the_network_once_and_is_held_out_on_the_larger_cells():
 def test_a_fit_with_the_probes_link_recovers_the_rest_of_the_model():
     fit, _ = link_split(series().cells)
     link = probed_link(series(), [probe(latency=100e-6)])
-    model, rms = fit_with_link(series(), fit, "ring", link)
+    model, rms = fit_step_model(with_link(series(), link), fit, "ring")
     assert rms < 0.01
-    assert model.parameters[2] == pytest.approx(1 / link.bandwidth)
+    assert model.parameters[2:4] == (1 / link.bandwidth, link.latency)
     # The 1-node cells' exchange hides whole under the backward pass (its
     # link cannot be seen there); the 2-node cell pins the overlap.
     assert model.parameters[4] == pytest.approx(TRUE[4], rel=0.05)
@@ -81,3 +82,14 @@ def test_a_probe_that_agrees_is_not_flagged_and_one_that_does_not_is(tmp_path):
     assert probe_table([series()], [str(path)])["agrees"].tolist() == [True]
     alone = probe_table([series()], [])
     assert alone["note"].tolist() == ["no probe in this study: the fitted link stands alone"]
+
+
+def test_the_predict_link_setting_fixes_each_series_link_to_its_own_networks_probe(tmp_path):
+    path = tmp_path / "n2r1.json"
+    path.write_text(json.dumps(probe(gb_per_s=0.5)))
+    eth, ib = with_probed_links([series("eth"), series("ib")], [str(path)])
+    assert ib.inter_link is None  # no probe of its network: fitted as before
+    assert eth.inter_link[0] == pytest.approx(1 / 0.5e9, rel=0.01)
+    # The fit keeps the probe's link (half the true rate) and fits the rest.
+    model, _ = fit_step_model(eth, eth.cells, "ring")
+    assert model.parameters[2:4] == eth.inter_link and "inter" not in model.tied

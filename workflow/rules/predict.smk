@@ -6,6 +6,8 @@
 rule predict:
     input:
         tidy=f"{RESULTS}/throughput.csv",
+        # With `predict.link: probe` the inter-node link is the probe's.
+        probes=probe_files() if config["predict"]["link"] == "probe" else [],
     output:
         tables=[
             report(path, category="Tables", caption="../report/predicted.rst")
@@ -25,6 +27,7 @@ rule predict:
     params:
         nodes=config["predict"]["nodes"],
         gpus_per_node=config["predict"]["gpus_per_node"],
+        link=config["predict"]["link"],
         folder=lambda wildcards, output: os.path.dirname(output.tables[0]),
     script:
         "../scripts/predict.py"

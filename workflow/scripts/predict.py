@@ -3,7 +3,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 sys.stdout = sys.stderr
 
-from trainscale.predict import write_predictions
+from trainscale.predict_report import write_predictions
 
 write_predictions(
     snakemake.input.tidy,
@@ -11,4 +11,6 @@ write_predictions(
     [snakemake.output.figure, snakemake.output.pdf],
     nodes=snakemake.params.nodes,
     gpus_per_node=snakemake.params.gpus_per_node,
+    link=snakemake.params.link,
+    probe_paths=list(snakemake.input.probes),
 )
