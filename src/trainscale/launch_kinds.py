@@ -179,6 +179,12 @@ class MultiWorker(LaunchKind):
     def processes_per_node(self, gpus_per_node: int, device: str) -> int:
         return gpus_per_node if device == "cpu" else 1
 
+    def probe_transport(self, settings) -> str:
+        return "tf"
+
+    def probe_launches(self) -> dict[str, dict]:
+        return {"tf": {}}
+
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         addresses = [f"localhost:{port}" for port in free_ports(processes)]
         plan = []

@@ -10,8 +10,10 @@ nodes through the same launcher (srun under SLURM, the local plan here):
     torch         torch.distributed: gloo on CPUs, NCCL on GPUs (torch-ddp's ranks)
     horovod-mpi   Horovod's all-reduce over MPI (horovod-torch's ranks, mpirun/srun --mpi=pmix)
     horovod-gloo  the same over Gloo (horovodrun --gloo / srun and a rendezvous server)
+    tf            TensorFlow's collective ops, as MultiWorkerMirroredStrategy runs
+                  them: RING over gRPC on CPUs, NCCL on GPUs (TF_CONFIG / srun)
 
-TensorFlow's collective ops (MultiWorker) are not probed yet. A probe of one
+A probe of one
 node and two ranks measures the node's own link; of two nodes and one rank
 each, the network between them (LINKS). The ranks' sweeps are in
 trainscale.probe_ranks; the record is one JSON file.
@@ -42,15 +44,16 @@ class Transport:
 
 def _transports() -> dict[str, Transport]:
     """Each transport a launch kind can start, with the first framework in the
-    registry that is started so and runs on torch (the ranks' sweeps are torch's)."""
+    registry that is started so and runs in the ecosystem the transport's
+    ranks need (probe_ranks.RANKS: Horovod's are horovod.torch's)."""
+    from trainscale.probe_ranks import RANKS
     from trainscale.registry import REGISTRY
 
     found: dict[str, Transport] = {}
     for spec in REGISTRY:
-        if spec.ecosystem != "torch":
-            continue
         for name, settings in spec.launch.probe_launches().items():
-            found.setdefault(name, Transport(name, spec.name, tuple(settings.items())))
+            if RANKS[name].ecosystem == spec.ecosystem:
+                found.setdefault(name, Transport(name, spec.name, tuple(settings.items())))
     return found
 
 
@@ -165,6 +168,7 @@ def run_probe(args) -> int:
     command = [sys.executable, "-m", "trainscale.probe_ranks", "--transport", args.transport]
     command += ["--largest-message-bytes", str(args.largest_message_bytes)]
     command += ["--repetitions", str(args.repetitions), "--device", args.device]
+    command += ["--nodes", str(args.nodes), "--ranks-per-node", str(args.ranks_per_node)]
     command += ["--output", partial]
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     started = utc_now()

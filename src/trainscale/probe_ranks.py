@@ -8,8 +8,8 @@ starts its training ranks (trainscale.probe); each runs
 
 and rank 0 writes FILE. What is timed (trainscale.bandwidth has the arithmetic):
 - ping-pong, rank 0 with the last rank (on another node when the probe spans
-  two), over NetPIPE's sizes: torch.distributed's send/recv. Horovod has no
-  point-to-point operation, so its probes have none.
+  two), over NetPIPE's sizes: torch.distributed's send/recv. Horovod and
+  tf.distribute have no point-to-point operation, so their probes have none.
 - all-reduce (sum, float32) over powers of two from 4 bytes, every rank; a
   repetition's time is the slowest rank's (the collective is done when the
   last rank is), each preceded by a barrier so no rank starts early.
@@ -43,12 +43,13 @@ def collective_sizes(largest: int) -> list[int]:
 class TorchRanks:
     """torch.distributed: gloo on CPUs, NCCL on GPUs (DDP, FSDP2, DeepSpeed, Ray Train)."""
 
+    ecosystem = "torch"  # the environment the ranks run in (registry.FrameworkSpec.ecosystem)
     has_point_to_point = True
     # gloo's threads can abort the interpreter's teardown after the group is
     # destroyed (trainscale.torch_distributed.TorchDistributed): end with os._exit.
     finalizes_at_exit = False
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, nodes: int, ranks_per_node: int):
         import torch
         import torch.distributed as dist
 
@@ -115,10 +116,11 @@ class HorovodRanks:
     """Horovod's all-reduce, over its MPI or Gloo controller (horovod.torch:
     the same C++ core and operations TensorFlow's Horovod uses)."""
 
+    ecosystem = "torch"
     has_point_to_point = False
     finalizes_at_exit = True  # Horovod shuts down in an atexit hook
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, nodes: int, ranks_per_node: int):
         import horovod.torch as hvd
         import torch
 
@@ -154,7 +156,92 @@ class HorovodRanks:
         self.hvd.shutdown()
 
 
-RANKS = {"torch": TorchRanks, "horovod-mpi": HorovodRanks, "horovod-gloo": HorovodRanks}
+class TensorFlowRanks:
+    """TensorFlow's collective ops as MultiWorkerMirroredStrategy runs them
+    (RING over gRPC on CPUs, NCCL on GPUs): the strategy is built as the
+    harness builds it (trainscale.frameworks.MultiWorker), from TF_CONFIG here
+    or SLURM's task variables in a job step; a rank is one of its replicas."""
+
+    ecosystem = "tensorflow"
+    has_point_to_point = False  # no point-to-point operation in tf.distribute
+    # A worker whose peers have gone can block in its gRPC server's teardown.
+    finalizes_at_exit = False
+
+    def __init__(self, device: str, nodes: int, ranks_per_node: int):
+        import tensorflow as tf
+
+        from trainscale.backend import Topology
+        from trainscale.frameworks import MultiWorker
+        from trainscale.settings import RunOptions, RunSettings
+
+        settings = RunSettings(framework="tf-multiworker", nodes=nodes,
+                               gpus_per_node=ranks_per_node, device=device)  # fmt: skip
+        worker = MultiWorker(settings, RunOptions(output=""), Topology())
+        self.tf, self.strategy = tf, worker.create_strategy()
+        self.backend = "nccl" if device == "gpu" else "ring"
+        self.rank, self.size = worker.topology.process_index, self.strategy.num_replicas_in_sync
+        self.addresses = self.strategy.cluster_resolver.cluster_spec().as_dict()["worker"]
+        self.reducers = {}  # traced functions: by float32 count; ("gather", n): the times
+
+    def _reducer(self, floats: int):
+        """A traced all-reduce of `floats` float32 in every replica (one per size)."""
+        if floats not in self.reducers:
+            tf, strategy = self.tf, self.strategy
+            ones = tf.ones([floats], tf.float32)
+
+            @tf.function
+            def reduce():
+                def replica():
+                    context = tf.distribute.get_replica_context()
+                    return context.all_reduce(tf.distribute.ReduceOp.SUM, ones)
+
+                return strategy.experimental_local_results(strategy.run(replica))[0]
+
+            reduce()  # untimed: tracing and the collective's first instance
+            self.reducers[floats] = reduce
+        return self.reducers[floats]
+
+    def all_reduce(self, size: int, repetitions: int) -> list[float]:
+        reduce, barrier, times = self._reducer(size // 4), self._reducer(1), []
+        for _ in range(repetitions):
+            barrier().numpy()  # tf.distribute has no barrier: a 4-byte all-reduce
+            start = time.perf_counter()
+            reduce().numpy()  # .numpy() waits for the result (on GPUs too)
+            times.append(time.perf_counter() - start)
+        return self._slowest(times)
+
+    def _slowest(self, times: list[float]) -> list[float]:
+        """Each repetition's time on the slowest worker (an all-gather of every worker's)."""
+        tf, strategy = self.tf, self.strategy
+        key = ("gather", len(times))  # the warm-up's count, then the sweep's
+        if key not in self.reducers:
+            # Captured and read in the replica: all_gather of a tensor passed
+            # to strategy.run, or of the variable itself, fails in TF 2.15
+            # ("destinations can not be empty").
+            mine = tf.Variable(tf.zeros([1, len(times)], tf.float64), trainable=False)
+
+            @tf.function
+            def gather():
+                def replica():
+                    value = tf.identity(mine.read_value())
+                    return tf.distribute.get_replica_context().all_gather(value, axis=0)
+
+                return strategy.experimental_local_results(strategy.run(replica))[0]
+
+            self.reducers[key] = (mine, gather)
+        mine, gather = self.reducers[key]
+        mine.assign([times])
+        return tf.reduce_max(gather(), axis=0).numpy().tolist()
+
+    def hosts(self) -> list[str]:
+        return [address.rpartition(":")[0] for address in self.addresses]
+
+    def close(self) -> None:
+        pass
+
+
+RANKS = {"torch": TorchRanks, "horovod-mpi": HorovodRanks, "horovod-gloo": HorovodRanks,
+         "tf": TensorFlowRanks}  # fmt: skip
 
 
 def sweep(ranks, largest: int, repetitions: int) -> dict:
@@ -196,9 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--largest-message-bytes", type=int, required=True)
     parser.add_argument("--repetitions", type=int, required=True)
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--ranks-per-node", type=int, default=1)
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
-    ranks = RANKS[args.transport](args.device)
+    ranks = RANKS[args.transport](args.device, args.nodes, args.ranks_per_node)
     result = sweep(ranks, args.largest_message_bytes, args.repetitions)
     ranks.close()
     if result:

@@ -42,7 +42,8 @@ def test_each_framework_of_ranks_names_a_transport_the_probe_has(launcher):
     assert set(transports.values()) <= {"", *TRANSPORTS}
     assert transports["torch-ddp"] == transports["ray-train"] == "torch"
     assert transports["horovod"] == transports["horovod-torch"] == f"horovod-{launcher}"
-    assert transports["torch-single"] == ""
+    assert transports["tf-multiworker"] == "tf"  # its collective ops (tests/harness/test_probe.py)
+    assert transports["torch-single"] == transports["tf-mirrored"] == ""
 
 
 @pytest.mark.slow

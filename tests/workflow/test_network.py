@@ -21,10 +21,11 @@ def seed002():
 def test_a_study_probes_each_network_and_transport_on_one_node_and_across_two():
     config = seed002()
     probes = study_probes(config, check_config(config, root=REPO))
-    # Horovod's MPI all-reduce; MultiWorker's collective ops are not probed (yet).
+    # Horovod's MPI all-reduce and MultiWorker's collective ops.
     assert probes == [
-        ProbeJob(network, "horovod-mpi", nodes, ranks)
+        ProbeJob(network, transport, nodes, ranks)
         for network in ("eth", "ib")
+        for transport in ("horovod-mpi", "tf")
         for nodes, ranks in ((1, 2), (2, 1))
     ]
     assert probes[0].stem() == "network/eth/horovod-mpi/n1r2"
@@ -70,9 +71,9 @@ def test_seed_002s_study_dry_runs_with_its_probe_jobs_on_each_network():
     assert dry.returncode == 0, dry.stderr[-3000:]
     out = dry.stdout
     assert out.count("rule train:") == 56  # 2 frameworks x 2 batches x 2 networks x 7 shapes
-    assert out.count("rule probe:") == 4 and out.count("rule network:") == 1
+    assert out.count("rule probe:") == 8 and out.count("rule network:") == 1
     ethernet = [line for line in out.splitlines() if "trainscale probe" in line and "eth" in line]
-    assert len(ethernet) == 2
+    assert len(ethernet) == 4
     for line in ethernet:
         assert line.startswith(
             "Shell command: env GLOO_SOCKET_IFNAME=eth0 HOROVOD_GLOO_IFACE=eth0 NCCL_IB_DISABLE=1"
