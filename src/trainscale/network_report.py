@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from trainscale.probe import read_probes
+from trainscale.probe import DEFAULT_NETWORK, read_probes
 
 GBIT = 8e-9  # bytes per second -> Gbit/s
 
 
 def _network_name(record: dict) -> str:
-    return record["network"] or "default"
+    return record["network"] or DEFAULT_NETWORK
 
 
 def network_table(records: list[dict], rated_gbit: dict[str, float]) -> pd.DataFrame:

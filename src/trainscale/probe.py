@@ -60,13 +60,16 @@ def _transports() -> dict[str, Transport]:
 TRANSPORTS = _transports()
 
 
-# A probe record's path below results/{study}/ ("default": the cluster's default route).
+# The folder of the cluster's default route (network ""); no cluster network
+# may take the name (the config schema refuses it).
+DEFAULT_NETWORK = "default"
+# A probe record's path below results/{study}/.
 PROBE_PATTERN = "network/{network}/{transport}/n{nodes}r{ranks_per_node}"
 
 
 @dataclasses.dataclass(frozen=True, order=True)
 class ProbeJob:
-    network: str  # its folder name: "default" for the cluster's default route
+    network: str  # its folder name: DEFAULT_NETWORK for the cluster's default route
     transport: str
     nodes: int
     ranks_per_node: int
@@ -89,7 +92,7 @@ def study_probes(config: dict, points) -> list[ProbeJob]:
     links = probe.get("links", LINKS)
     runs = [run_settings(config, p) for p in points if p.framework in FRAMEWORKS]
     transports = sorted({transport_of(s) for s in runs} - {""})
-    networks = sorted({s.network or "default" for s in runs})
+    networks = sorted({s.network or DEFAULT_NETWORK for s in runs})
     # A link no run crosses is not probed: one node's own with one GPU, the network on one node.
     crossed = {
         "intra-node": max(s.gpus_per_node for s in runs) >= 2,
@@ -105,7 +108,10 @@ def probe_point(config: dict, job: ProbeJob):
     from trainscale.study import GridPoint
 
     spec, grid = TRANSPORTS[job.transport], config["grid"]
-    knobs = [*spec.settings, *([("network", job.network)] if job.network != "default" else [])]
+    knobs = [
+        *spec.settings,
+        *([("network", job.network)] if job.network != DEFAULT_NETWORK else []),
+    ]
     return GridPoint(
         spec.framework, grid["model"][0], grid["batch_size"][0], job.nodes, job.ranks_per_node,
         knobs=tuple(knobs),

@@ -303,6 +303,11 @@ def test_a_network_the_cluster_does_not_define_is_refused_naming_those_it_does()
         check(config)
     config["benchmark"]["network"] = "eth"
     assert check(config)
+    # "default" is the default route's folder (probe.DEFAULT_NETWORK): not a name to take.
+    named_default = copy.deepcopy(config)
+    named_default["cluster"]["networks"]["default"] = copy.deepcopy(ETHERNET)
+    with pytest.raises(ConfigError, match="cluster.networks: 'default' should not be valid"):
+        check(named_default)
     config["cluster"]["networks"]["eth"]["environment"]["GLOO_SOCKET_IFNAME"] = "eth1; rm -rf /"
     with pytest.raises(ConfigError, match="cluster.networks.eth.environment.GLOO_SOCKET_IFNAME"):
         check(config)
