@@ -178,12 +178,15 @@ def fit_study(series_list: list[Series], seed: int = 0) -> dict:
     return fitted
 
 
-def _band(value, low, high, digits: int = 1) -> str:
+def _band(value, low, high, digits: int = 1, spec: str = "") -> str:
+    """The value and its interval, `digits` decimals (or a format `spec`)."""
     if pd.isna(value):
         return ""
+    spec = spec or f".{digits}f"
     # A bandwidth whose refits reach 0 seconds per byte: the data do not bound it.
-    upper = "unbounded" if high > 1e5 else f"{high:.{digits}f}"
-    return f"{value:.{digits}f} ({low:.{digits}f} to {upper})"
+    upper = "unbounded" if high > 1e5 else f"{high:{spec}}"
+    shown = "unbounded" if value > 1e5 else f"{value:{spec}}"
+    return f"{shown} ({low:{spec}} to {upper})"
 
 
 def _shown_predicted(table: pd.DataFrame) -> pd.DataFrame:
@@ -229,15 +232,16 @@ def _shown_parameters(table: pd.DataFrame) -> pd.DataFrame:
             "Compute (ms/step)": [f"{v:.1f}" if pd.notna(v) else "" for v in table["compute_ms"]],
         }
     )
-    for name, unit, digits in (("intra_gb_per_s", "Intra-node GB/s", 1),
-                               ("intra_latency_us", "Intra-node latency (µs)", 0),
-                               ("inter_gb_per_s", "Inter-node GB/s", 1),
-                               ("inter_latency_us", "Inter-node latency (µs)", 0),
-                               ("overlap", "Overlap", 2)):  # fmt: skip
+    # Bandwidths to 3 significant digits: a shaped link's 0.0192 GB/s is not 0.0.
+    for name, unit, spec in (("intra_gb_per_s", "Intra-node GB/s", ".3g"),
+                             ("intra_latency_us", "Intra-node latency (µs)", ".0f"),
+                             ("inter_gb_per_s", "Inter-node GB/s", ".3g"),
+                             ("inter_latency_us", "Inter-node latency (µs)", ".0f"),
+                             ("overlap", "Overlap", ".2f")):  # fmt: skip
         if name not in table:
             continue
         shown[unit] = [
-            _band(v, lo, hi, digits)
+            _band(v, lo, hi, spec=spec)
             for v, lo, hi in table[[name, f"{name}_low", f"{name}_high"]].to_numpy()
         ]
     shown["Fit error (% RMS)"] = [
