@@ -98,10 +98,13 @@ bench: train-env torch-env analysis-env
 # expensive, and the SLURM lab's two modules, each stay on one worker
 # (xdist_group marks).
 PYTEST_PARALLEL ?= -n auto --maxprocesses 2 --dist loadgroup
+# The tests marked `alone` compare timings across runs: they run last, with
+# no other test beside them (pyproject.toml's markers).
 test: train-env torch-env analysis-env slurm-packages
 	$(TRAIN_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/harness tests/examples
 	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/torch tests/examples
-	$(VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/workflow
+	$(VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "not alone" tests/workflow
+	$(VENV)/bin/python -m pytest -m alone tests/workflow
 
 test-slurm: train-env torch-env analysis-env slurm-packages
 	$(VENV)/bin/python -m pytest -m slurm tests/workflow
