@@ -209,6 +209,15 @@ class _Problem:
     terms: np.ndarray
     known: np.ndarray
     tied: tuple[str, ...]
+    fixed: tuple[float, float] | None  # the inter-node link, when not fitted
+
+    def parameters(self, free) -> tuple[float, ...]:
+        """The five parameters (PARAMETERS) from the free ones (links, overlap)."""
+        if self.fixed:
+            links = (*(self.fixed if "intra" in self.tied else free[:2]), *self.fixed)
+        else:
+            links = tuple(free[:2]) * 2 if self.tied else tuple(free[:4])
+        return (*(float(v) for v in links), float(free[-1]))
 
     def residuals(self, free) -> np.ndarray:
         hidden = free[-1] * BACKWARD_SHARE * self.compute
@@ -235,10 +244,11 @@ def _problem(series: Series, cells, algorithm: str) -> _Problem:
     measured = series.batch_size * nodes * gpus / np.array([c.images_per_sec for c in multi])
     terms = allreduce_terms(series.gradient_bytes, algorithm, nodes, gpus, series.passes)
     if fixed:  # only the intra-node link is free (its columns are zero where unseen)
-        return _Problem(compute, measured, terms[:, :2], terms[:, 2:] @ np.asarray(fixed), tied)
+        known = terms[:, 2:] @ np.asarray(fixed)
+        return _Problem(compute, measured, terms[:, :2], known, tied, fixed)
     if tied:  # the link no cell crossed: its columns join the other's
         terms = terms[:, :2] + terms[:, 2:]
-    return _Problem(compute, measured, terms, np.zeros(len(multi)), tied)
+    return _Problem(compute, measured, terms, np.zeros(len(multi)), tied, None)
 
 
 def _grid_start(problem: _Problem) -> np.ndarray:
@@ -289,18 +299,13 @@ def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple
     )
     start_cost = np.sum(problem.residuals(start) ** 2)
     best = refined.x if 2 * refined.cost <= start_cost else start
-    fixed, tied = series.inter_link, problem.tied
-    if fixed:
-        links = (*(fixed if "intra" in tied else best[:2]), *fixed)
-    else:
-        links = tuple(best[:2]) * 2 if tied else tuple(best[:4])
     model = StepModel(
         problem.compute,
-        (*(float(v) for v in links), float(best[-1])),
+        problem.parameters(best),
         algorithm,
         series.gradient_bytes,
         series.batch_size,
-        tied,
+        problem.tied,
         series.passes,
     )
     rms = float(np.sqrt(np.mean(problem.residuals(best) ** 2)))

@@ -181,7 +181,8 @@ class TensorFlowRanks:
         self.backend = "nccl" if device == "gpu" else "ring"
         self.rank, self.size = worker.topology.process_index, self.strategy.num_replicas_in_sync
         self.addresses = self.strategy.cluster_resolver.cluster_spec().as_dict()["worker"]
-        self.reducers = {}  # traced functions: by float32 count; ("gather", n): the times
+        self.reducers = {}  # a traced all-reduce per float32 count
+        self.gatherers = {}  # (times variable, traced all-gather) per repetition count
 
     def _reducer(self, floats: int):
         """A traced all-reduce of `floats` float32 in every replica (one per size)."""
@@ -213,12 +214,12 @@ class TensorFlowRanks:
     def _slowest(self, times: list[float]) -> list[float]:
         """Each repetition's time on the slowest worker (an all-gather of every worker's)."""
         tf, strategy = self.tf, self.strategy
-        key = ("gather", len(times))  # the warm-up's count, then the sweep's
-        if key not in self.reducers:
+        count = len(times)  # the warm-up's, then the sweep's
+        if count not in self.gatherers:
             # Captured and read in the replica: all_gather of a tensor passed
             # to strategy.run, or of the variable itself, fails in TF 2.15
             # ("destinations can not be empty").
-            mine = tf.Variable(tf.zeros([1, len(times)], tf.float64), trainable=False)
+            mine = tf.Variable(tf.zeros([1, count], tf.float64), trainable=False)
 
             @tf.function
             def gather():
@@ -228,8 +229,8 @@ class TensorFlowRanks:
 
                 return strategy.experimental_local_results(strategy.run(replica))[0]
 
-            self.reducers[key] = (mine, gather)
-        mine, gather = self.reducers[key]
+            self.gatherers[count] = (mine, gather)
+        mine, gather = self.gatherers[count]
         mine.assign([times])
         return tf.reduce_max(gather(), axis=0).numpy().tolist()
 

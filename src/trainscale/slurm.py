@@ -27,8 +27,9 @@ def srun_command(
     from the grid point; the step asks for it again explicitly, because
     Snakemake's jobstep plugin (0.6.1) strips the SLURM_* variables srun
     would otherwise inherit, and srun since SLURM 22.05 no longer takes the
-    job's --cpus-per-task anyway (its release notes). Without it each rank gets one CPU, and no
-    SLURM_CPUS_PER_TASK to size its threads by (settings.cpu_share).
+    job's --cpus-per-task anyway (its release notes). Without it each rank
+    gets one CPU, and no SLURM_CPUS_PER_TASK to size its threads by
+    (settings.cpu_share).
     """
     # Even one process runs as a step of its own, not in the batch step: when
     # SLURM's cgroup kills it for memory, that marks the step OUT_OF_MEMORY
