@@ -36,6 +36,7 @@ include: "workflow/rules/accuracy.smk"
 
 
 onstart:
+    refuse_missing_environment()
     write_study_config()
 
 

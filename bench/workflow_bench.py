@@ -35,7 +35,7 @@ def big_config(study: str, repeats: int) -> dict:
         "study": study,
         "reference": None,
         # The repository's own: the dry run runs in a copy of the workflow,
-        # and refuses a train_env that has no bin/trainscale (check_environments).
+        # and warns of a train_env that has no bin/trainscale (missing_environment).
         "train_env": os.path.join(REPO, ".venv-train"),
         "grid": {
             "framework": ["horovod", "tf-multiworker", "tf-mirrored", "tf-single"],

@@ -187,6 +187,11 @@ def log_tail(path: str, lines: int = 30) -> str:
 SLURM_VERDICT = re.compile(r"\*\*\* (?:JOB|STEP) .*?\*\*\*")
 
 
+# The first words of the line a job prints when its node lacks the training
+# environment (study.node_environment_check): the record's one-line failure.
+NODE_CHECK_FAILED = "trainscale environment check (node):"
+
+
 def lost_job_record(settings, log_paths: list[str], time_limit_seconds: float) -> dict:
     """The record of a job that ended on its last attempt without writing one.
 
@@ -203,7 +208,13 @@ def lost_job_record(settings, log_paths: list[str], time_limit_seconds: float) -
 
     tails = {path: log_tail(path) for path in log_paths}
     verdicts = [m.group(0) for tail in tails.values() for m in SLURM_VERDICT.finditer(tail)]
-    if verdicts and "DUE TO TIME LIMIT" in verdicts[-1]:
+    missing = [
+        line for tail in tails.values() for line in tail.splitlines() if NODE_CHECK_FAILED in line
+    ]
+    if missing:
+        status, elapsed = "failed", None
+        first_line = missing[-1].strip()
+    elif verdicts and "DUE TO TIME LIMIT" in verdicts[-1]:
         status, elapsed = "timeout", time_limit_seconds
         first_line = f"SLURM ended the job at its time limit: {verdicts[-1]}"
     elif verdicts:

@@ -28,6 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass, fields
 
+from trainscale.records import NODE_CHECK_FAILED
 from trainscale.registry import FRAMEWORKS, framework_spec
 from trainscale.settings import (
     KNOB_AXES,
@@ -205,25 +206,40 @@ def train_arguments(config: dict, point: GridPoint) -> str:
 # --------------------------------------------------------------------------
 
 
-def check_environments(config: dict, points: list[GridPoint], root: str = ".") -> None:
-    """Refuse, in one line, a training environment (train_env, torch_env: the
-    registry names each framework's) that does not exist while grid points
-    that would run from it have no record yet: their jobs could only fail."""
-    waiting: dict[str, list[GridPoint]] = {}
-    for point in points:
-        if not os.path.exists(os.path.join(root, record_path(config["study"], point))):
-            key = framework_spec(point.framework).environment
-            waiting.setdefault(key, []).append(point)
-    for key, unmeasured in waiting.items():
+def missing_environment(config: dict, jobs: list[tuple[str, str]], root: str = ".") -> str:
+    """'' when every training environment (train_env, torch_env: the registry
+    names each framework's) that a job not yet run would run from has
+    bin/trainscale here; else one line naming the key, the path and the jobs.
+    `jobs`: (framework, output) of each train job and probe; one whose output
+    exists has run. A dry run shows the line as a warning; a real run is
+    refused with it."""
+    waiting: dict[str, list[str]] = {}
+    for framework, output in jobs:
+        if not os.path.exists(os.path.join(root, output)):
+            waiting.setdefault(framework_spec(framework).environment, []).append(framework)
+    for key, frameworks in waiting.items():
         environment = config[key]
         if os.path.isfile(os.path.join(root, environment, "bin", "trainscale")):
             continue
-        frameworks = ", ".join(sorted({p.framework for p in unmeasured}))
-        raise ConfigError(
-            f"config key {key}: {environment!r} has no bin/trainscale, and {len(unmeasured)} "
-            f"grid point(s) not yet measured ({frameworks}) would run from it; build it "
-            f"(make {key.replace('_', '-')}) or name the environment that has it"
+        names = ", ".join(sorted(set(frameworks)))
+        return (
+            f"config key {key}: {environment!r} has no bin/trainscale, and {len(frameworks)} "
+            f"job(s) not yet run ({names}) would run from it; build it "
+            f"(make {key.replace('_', '-')}), name the environment that has it, or set "
+            "cluster.environment_check: node where only the compute nodes have it"
         )
+    return ""
+
+
+def node_environment_check(trainscale: str) -> str:
+    """The shell line a job runs first under cluster.environment_check: node:
+    it fails the job in one line naming the path when the node lacks it (the
+    workflow then records that line as the point's failure)."""
+    path = shlex.quote(trainscale)
+    return (
+        f'test -x {path} || {{ echo "{NODE_CHECK_FAILED} {trainscale} is not there on '
+        f'$(hostname)" >&2; exit 3; }}; '
+    )
 
 
 def check_config(config: dict, root: str = ".", cached: bool = False) -> list[GridPoint]:

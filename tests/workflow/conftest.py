@@ -13,7 +13,16 @@ import yaml
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SNAKEMAKE = os.path.join(os.path.dirname(sys.executable), "snakemake")
 # What a fresh clone has that the workflow needs (the published cache included).
-WORKFLOW_FILES = ["Snakefile", "config.yaml", "workflow", "src", "profiles", "envs", "examples"]
+WORKFLOW_FILES = [
+    "Snakefile",
+    "config.yaml",
+    "workflow",
+    "src",
+    "profiles",
+    "envs",
+    "examples",
+    "studies",
+]
 # The published studies' caches a clone ships (seeds 000 and 004).
 CACHED_STUDIES = ["published", "seed004"]
 
@@ -23,8 +32,9 @@ def load_yaml(path):
         return yaml.safe_load(handle)
 
 
-def copy_repository(target: str) -> str:
-    """A copy of the workflow as a fresh clone has it, sharing the training venvs."""
+def copy_repository(target: str, training_envs: bool = True) -> str:
+    """A copy of the workflow as a fresh clone has it, sharing the training venvs
+    (none with `training_envs` False: a login node's or a laptop's clone)."""
     os.makedirs(target, exist_ok=True)
     for name in WORKFLOW_FILES:
         source = os.path.join(REPO, name)
@@ -40,7 +50,7 @@ def copy_repository(target: str) -> str:
         cache = os.path.join(target, "results", study)
         shutil.copytree(os.path.join(REPO, "results", study, "runs"), os.path.join(cache, "runs"))
         shutil.copy2(os.path.join(REPO, "results", study, "config.yaml"), cache)
-    for venv in (".venv-train", ".venv-torch"):
+    for venv in (".venv-train", ".venv-torch") if training_envs else ():
         os.symlink(os.path.join(REPO, venv), os.path.join(target, venv))
     return target
 

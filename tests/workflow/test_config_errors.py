@@ -259,7 +259,6 @@ def test_bad_config_is_one_line_naming_the_key(what, change, expected):
 
 SNAKEMAKE_CASES = [
     ("unknown framework", edit(["grid", "framework"], ["pytorch"]), "grid.framework[0]"),
-    ("missing environment", edit(["train_env"], ".venv-nope"), "config key train_env"),
     ("unsafe partition", edit(["cluster", "partition"], "gpu; touch pwned"), "cluster.partition"),
     ("study escaping results/", edit(["study"], "../outside"), "config key study"),
     ("cap excludes everything", edit(["constraints", "max_total_gpus"], 0), "max_total_gpus"),

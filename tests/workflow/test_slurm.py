@@ -244,6 +244,23 @@ def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab, tmp_pa
     assert 30 <= record["elapsed_seconds"] < 60
 
 
+def test_a_node_without_the_training_environment_fails_its_point_naming_the_path(lab, tmp_path):
+    # cluster.environment_check: node. Snakemake's side trusts the path; the
+    # job checks it on its node first, and its one line becomes the record.
+    repo = copy_repository(str(tmp_path / "repo"))
+    config = study_config(study="slurm-lab-noenv", train_retries=0, train_env=".venv-absent")
+    config["cluster"]["environment_check"] = "node"
+    config["grid"].update(framework=["tf-mirrored"], nodes=[1], gpus_per_node=[2])
+    result = snakemake(repo, *profile_args(repo, "noenv.yaml", config), timeout=300)
+    assert result.returncode != 0 and "a real run is refused" not in result.stderr
+    record = records(repo, "slurm-lab-noenv")["tf-mirrored/small_cnn/b16/n1g2r1.json"]
+    assert record["status"] == "failed"
+    first = record["error"].splitlines()[0]
+    assert first.startswith(
+        "trainscale environment check (node): .venv-absent/bin/trainscale is not there on node"
+    ), first
+
+
 def lab_has_cgroups() -> bool:
     path = Path("/var/tmp/trainscale-slurm-lab/cgroups")
     return path.exists() and path.read_text().strip() == "1"

@@ -18,11 +18,12 @@ from trainscale.study import (
     ConfigError,
     GridPoint,
     check_config,
-    check_environments,
+    missing_environment,
     environment_prefix,
     job_shape,
     knob_axes,
     network_environment,
+    node_environment_check,
     record_path,
     run_settings,
     slurm_resources,
@@ -77,11 +78,6 @@ try:
     # The saved config must go on explaining every record of the study
     # (trainscale.study_folder): refused here, before anything runs.
     FOLDER = check_study_folder(config, POINTS, saved_config(f"{RESULTS}/config.yaml"))
-    # A train job runs from its framework's environment unless conda or a
-    # container provides it (trainscale_command).
-    DEPLOYED = {m.name for m in workflow.deployment_settings.deployment_method}
-    if not FOLDER.read_only and not DEPLOYED & {"CONDA", "APPTAINER"}:
-        check_environments(config, POINTS)
 except ConfigError as err:
     raise WorkflowError(f"Invalid study configuration: {err}") from None
 
@@ -97,6 +93,18 @@ def trainscale_command(wildcards):
         return "trainscale"
     environment = framework_spec(point_of(wildcards).framework).environment
     return os.path.join(config[environment], "bin", "trainscale")
+
+
+def node_check(command):
+    """A job's first shell line under cluster.environment_check: node ('' else),
+    for the trainscale `command(wildcards)` names."""
+
+    def line(wildcards):
+        if not CHECKS_ENVIRONMENTS or ENVIRONMENT_CHECK != "node":
+            return ""
+        return node_environment_check(command(wildcards))
+
+    return line
 
 
 def conda_env(wildcards):
@@ -139,6 +147,36 @@ def _one_of(values):
 
 # The network probes this study runs (config `probe`; trainscale.probe).
 PROBES = study_probes(config, POINTS) if not FOLDER.read_only else []
+
+
+def environment_jobs():
+    """(framework, output) of each train job and probe: whose environment each needs."""
+    trains = [(p.framework, record_path(STUDY, p)) for p in RUNNABLE]
+    probes = [
+        (TRANSPORTS[j.transport].framework, f"{RESULTS}/{j.stem()}.json")
+        for j in PROBES
+    ]
+    return trains + probes
+
+
+# A train job runs from its framework's environment unless conda or a
+# container provides it (trainscale_command). Where it is checked is the
+# study's choice (cluster.environment_check): here, a dry run (-n, --dag,
+# --summary, --report) still shows the whole plan with one warning line, and
+# a real run is refused in onstart, before any job starts; node, each job
+# checks first (node_check); none, nowhere.
+DEPLOYED = {m.name for m in workflow.deployment_settings.deployment_method}
+ENVIRONMENT_CHECK = config["cluster"]["environment_check"]
+CHECKS_ENVIRONMENTS = not FOLDER.read_only and not DEPLOYED & {"CONDA", "APPTAINER"}
+MISSING_ENVIRONMENT = (
+    missing_environment(config, environment_jobs())
+    if CHECKS_ENVIRONMENTS and ENVIRONMENT_CHECK == "here"
+    else ""
+)
+if MISSING_ENVIRONMENT and not workflow.remote_exec:
+    from snakemake.logging import logger
+
+    logger.warning(f"trainscale (a real run is refused): {MISSING_ENVIRONMENT}")
 
 
 # Wildcards only ever take the values of this study's grid.
@@ -364,6 +402,12 @@ def all_outputs():
         *accuracy_files()[1],
         *network_outputs(),
     ]
+
+
+def refuse_missing_environment():
+    """onstart (real runs only): the missing environment a dry run only warns of."""
+    if MISSING_ENVIRONMENT:
+        raise WorkflowError(f"Invalid study configuration: {MISSING_ENVIRONMENT}")
 
 
 def write_study_config():

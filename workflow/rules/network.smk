@@ -32,10 +32,11 @@ rule probe:
         benchmark_slots=1,
     params:
         trainscale=probe_command,
+        node_check=node_check(probe_command),
         network=probe_network_prefix,
         options=probe_options,
     shell:
-        "{params.network}{params.trainscale} probe {params.options} --output {output.record} > {log} 2>&1"
+        "exec > {log} 2>&1; {params.node_check}{params.network}{params.trainscale} probe {params.options} --output {output.record}"
 
 
 rule network:

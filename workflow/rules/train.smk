@@ -38,6 +38,8 @@ rule train:
         benchmark_slots=1,
     params:
         trainscale=trainscale_command,
+        # cluster.environment_check: node: the node's own check, first.
+        node_check=node_check(trainscale_command),
         # The network's environment (cluster.networks): srun and mpirun pass
         # it to every rank, and it selects the interface each library uses.
         network=network_prefix,
@@ -48,7 +50,7 @@ rule train:
         # log's tail) so that collect, tables and figures go on without it.
         attempts=TRAIN_RETRIES + 1,
     shell:
-        "{params.network}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record} > {log} 2>&1"
+        "exec > {log} 2>&1; {params.node_check}{params.network}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record}"
 
 
 rule write_digits:
