@@ -36,7 +36,7 @@ include: "workflow/rules/accuracy.smk"
 
 
 onstart:
-    refuse_missing_environment()
+    refuse_a_real_run()
     write_study_config()
 
 

@@ -1,7 +1,8 @@
 """The `trainscale` command: `train` (one process), `run` (one grid point,
 locally), `example` (a framework's example script, locally), `refactoring`
-(how much each example changes its base) and `predict` (throughput past the
-measured cells, from a study's throughput.csv)."""
+(how much each example changes its base), `predict` (throughput past the
+measured cells, from a study's throughput.csv), `probe` (the network) and
+`relabel` (a study folder's records moved to the paths of what they measured)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ def parse(argv: list[str] | None = None):
     _example_parser(commands)
     _refactoring_parser(commands)
     _predict_parser(commands)
+    _relabel_parser(commands)
     probe_parser(commands)
     argv = list(sys.argv[1:] if argv is None else argv)
     # `example`'s own options end at --; the script's follow.
@@ -72,7 +74,7 @@ def parse(argv: list[str] | None = None):
         script_arguments = argv[argv.index("--") + 1 :]
         argv = argv[: argv.index("--")]
     args = parser.parse_args(argv)
-    if args.command in ("example", "refactoring", "predict", "probe"):
+    if args.command in ("example", "refactoring", "predict", "probe", "relabel"):
         args.arguments = script_arguments
         return args, None, None
     settings = RunSettings(**_fields_of(RunSettings, args))
@@ -125,6 +127,33 @@ def _predict_parser(commands) -> None:
     # the harness's environments have no pandas.
     p.add_argument("--nodes", type=int, nargs="+", help="default: 1 2 4 ... 64")
     p.add_argument("--gpus-per-node", type=int, nargs="+", help="default: 4")
+
+
+def _relabel_parser(commands) -> None:
+    p = commands.add_parser(
+        "relabel",
+        help="move a study's records filed under knobs their framework does not read",
+        description="Records written before runs were labelled only by the knobs their "
+        "framework reads (a DeepSpeed knob in a TensorFlow run's folder) move to the path "
+        "of what they measured, with their logs.",
+    )
+    p.add_argument("folder", help="the study's folder (results/STUDY)")
+    p.add_argument("--dry-run", action="store_true", help="say what would move; move nothing")
+
+
+def _relabel(args) -> int:
+    from trainscale.study_folder import relabel_records
+
+    if not os.path.isdir(os.path.join(args.folder, "runs")):
+        raise SettingsError(f"{args.folder}: no runs/ folder (give results/STUDY)")
+    moved, refused = relabel_records(args.folder, args.dry_run)
+    verb = "would move" if args.dry_run else "moved"
+    for old, new in moved:
+        print(f"{verb} {old} -> {new}")
+    for old, new in refused:
+        print(f"kept {old}: {new} holds the same run already; delete one of them")
+    print(f"trainscale relabel: {len(moved)} {verb}, {len(refused)} kept")
+    return 1 if refused else 0
 
 
 def _predict(args) -> int:
@@ -180,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             return _refactoring(args)
         if args.command == "predict":
             return _predict(args)
+        if args.command == "relabel":
+            return _relabel(args)
         if args.command == "probe":
             _require(TRANSPORTS[args.transport].framework)
             return run_probe(args)

@@ -166,13 +166,19 @@ def readers(name: str) -> set[str] | None:
 
 # Settings a grid may vary too (`grid.precision: [fp32, fp16]`), each
 # overriding benchmark.<name>, and the frameworks that read each (None: all).
-# A framework that does not read a knob takes its first listed value only:
-# varying it there would measure the same thing twice.
+# A framework that does not read a knob is not varied by it (that would
+# measure the same thing twice), and its runs are not labelled with it.
 KNOB_AXES = {s.name: readers(s.name) for s in all_settings() if s.axis}
 
 
-def reads_knob(framework: str, name: str) -> bool:
-    who = KNOB_AXES[name]
+def reads_setting(framework: str, name: str) -> bool:
+    """Whether `framework` reads setting `name`: only then is it passed to the
+    framework, does it label its records (their path, the tables' knobs, the
+    figures' titles) and may a grid vary it there. A framework or a setting
+    the registry no longer knows (an old record's) is taken to read it."""
+    if name not in SETTING or framework not in FRAMEWORKS:
+        return True
+    who = readers(name)
     return who is None or framework in who
 
 
@@ -245,8 +251,10 @@ class _RunSettings:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def to_cli_args(self) -> list[str]:
-        """The options that reproduce these settings on `trainscale train`."""
-        return cli_args(self, all_settings())
+        """The options that reproduce these settings on `trainscale train`: the
+        settings its framework reads (the others stay at their defaults)."""
+        read = [s for s in all_settings() if reads_setting(self.framework, s.name)]
+        return cli_args(self, read)
 
 
 def cli_args(values, settings) -> list[str]:

@@ -35,16 +35,17 @@ from trainscale.settings import (
     SETTING,
     RunSettings,
     SettingsError,
-    reads_knob,
+    reads_setting,
     validate,
 )
 
 AXES = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-RECORD_PATTERN = "{framework}/{model}/b{batch_size}/n{nodes}g{gpus_per_node}r{repeat}"
-# With knob axes, a folder per combination: .../b64/precision=fp16,xla=true/n1g2r1
-KNOBS_RECORD_PATTERN = "{framework}/{model}/b{batch_size}/{knobs}/n{nodes}g{gpus_per_node}r{repeat}"
-# Both patterns read back (GridPoint.from_path), at the end of any longer path.
+# A record's path below results/{study}/runs/, without .json; `knobs_folder`
+# is '' or, where the point's framework reads knob axes of the grid, a folder
+# naming their values: .../b64/precision=fp16,xla=true/n1g2r1.
+RECORD_PATTERN = "{framework}/{model}/b{batch_size}/{knobs_folder}n{nodes}g{gpus_per_node}r{repeat}"
+# Read back by GridPoint.from_path, at the end of any longer path.
 _RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
 
 
@@ -95,10 +96,14 @@ class GridPoint:
         """'precision=fp16,xla=true': the knobs' folder in the record path ('' if none)."""
         return join_knobs((name, knob_text(value)) for name, value in self.knobs)
 
+    @property
+    def knobs_folder(self) -> str:
+        """'precision=fp16,xla=true/': the record path's knob folder ('' if none)."""
+        return f"{self.knobs_name}/" if self.knobs else ""
+
     def stem(self) -> str:
         """The record's path below results/{study}/runs/, without `.json`."""
-        values = {**self.as_dict(), "knobs": self.knobs_name}
-        return (KNOBS_RECORD_PATTERN if self.knobs else RECORD_PATTERN).format(**values)
+        return RECORD_PATTERN.format(**self.as_dict(), knobs_folder=self.knobs_folder)
 
     @classmethod
     def from_path(cls, path: str) -> GridPoint | None:
@@ -108,6 +113,10 @@ class GridPoint:
         if not match:
             return None
         framework, model, batch, knobs, nodes, gpus_per_node, repeat = match.groups()
+        # A folder written before runs were labelled only by what they read
+        # (a TensorFlow run under a DeepSpeed knob's folder) names the same
+        # point without them.
+        read = [(n, t) for n, t in parse_knobs(knobs or "") if reads_setting(framework, n)]
         return cls(
             framework,
             model,
@@ -115,7 +124,7 @@ class GridPoint:
             int(nodes),
             int(gpus_per_node),
             int(repeat),
-            knobs=tuple((name, _knob_value(name, text)) for name, text in parse_knobs(knobs or "")),
+            knobs=tuple((name, _knob_value(name, text)) for name, text in read),
         )
 
     def as_dict(self) -> dict:
@@ -134,9 +143,15 @@ def _condition_holds(value, condition) -> bool:
     return value == condition
 
 
-def matches(point: GridPoint, clause: dict) -> bool:
+def matches(point: GridPoint, clause: dict, unread: bool = False) -> bool:
+    """Whether every condition of `clause` holds at `point`; a condition on a
+    knob the point's framework does not read holds if `unread` (a `then` asks
+    nothing of such a run), else not (an `exclude` or a `when` is not about it)."""
     values = {**point.as_dict(), "gpus": point.gpus, **dict(point.knobs)}
-    return all(_condition_holds(values[axis], cond) for axis, cond in clause.items())
+    return all(
+        _condition_holds(values[axis], cond) if axis in values else unread
+        for axis, cond in clause.items()
+    )
 
 
 def allowed(point: GridPoint, constraints: dict) -> bool:
@@ -146,7 +161,7 @@ def allowed(point: GridPoint, constraints: dict) -> bool:
     if any(matches(point, clause) for clause in constraints.get("exclude", [])):
         return False
     return all(
-        matches(point, rule["then"])
+        matches(point, rule["then"], unread=True)
         for rule in constraints.get("only", [])
         if matches(point, rule["when"])
     )
@@ -158,10 +173,11 @@ def knob_axes(config: dict) -> list[str]:
 
 
 def _knob_combinations(grid: dict, names: list[str], framework: str):
-    """Every combination of the knob axes this framework reads (the first value of others)."""
-    choices = [grid[name] if reads_knob(framework, name) else grid[name][:1] for name in names]
-    for values in itertools.product(*choices):
-        yield tuple(zip(names, values, strict=True))
+    """Every combination of the knob axes this framework reads; the others
+    neither multiply its runs nor label them."""
+    read = [name for name in names if reads_setting(framework, name)]
+    for values in itertools.product(*(grid[name] for name in read)):
+        yield tuple(zip(read, values, strict=True))
 
 
 def expand_grid(config: dict) -> list[GridPoint]:
@@ -185,7 +201,11 @@ def run_settings(config: dict, point: GridPoint) -> RunSettings:
     """The harness settings of one grid point of this study: benchmark, then its knobs."""
     bench = config["benchmark"]
     chosen = {**{k: v for k, v in bench.items() if k in SETTING}, **dict(point.knobs)}
-    extra = {k: SETTING[k].coerce(v) for k, v in chosen.items()}
+    # A setting the framework does not read stays at its default: the record
+    # then says nothing false of the run (a TensorFlow run has no ZeRO stage).
+    extra = {
+        k: SETTING[k].coerce(v) for k, v in chosen.items() if reads_setting(point.framework, k)
+    }
     return RunSettings(
         framework=point.framework,
         nodes=point.nodes,

@@ -203,3 +203,47 @@ def save_study_config(folder: str, text: str) -> str | None:
                 shutil.copyfile(target, tmp)
     atomic_write_text(target, text)
     return kept
+
+
+def mislabelled_records(folder: str) -> list[tuple[str, str]]:
+    """(path, path it belongs at) for each record below folder/runs/ whose path
+    names knobs its framework does not read: a study folder written before runs
+    were labelled only by what they read (a TensorFlow run filed under a DeepSpeed
+    knob's folder belongs without it)."""
+    runs = os.path.join(folder, "runs")
+    moves = []
+    for where, subfolders, names in sorted(os.walk(runs)):
+        subfolders.sort()
+        for name in sorted(names):
+            path = os.path.join(where, name)
+            point = GridPoint.from_path(path) if is_record_name(name) else None
+            if point is not None and os.path.relpath(path, runs) != f"{point.stem()}.json":
+                moves.append((path, os.path.join(runs, f"{point.stem()}.json")))
+    return moves
+
+
+def relabel_records(folder: str, dry_run: bool = False) -> tuple[list, list]:
+    """Move each mislabelled record, and its train log, to the path of what it
+    measured. Returns (moved, refused): a record whose new path is taken (two
+    old folders held the same run) is left where it is, for the user to choose."""
+    moved, refused = [], []
+    for old, new in mislabelled_records(folder):
+        if os.path.exists(new) or new in (n for _, n in moved):
+            refused.append((old, new))
+            continue
+        moved.append((old, new))
+        if dry_run:
+            continue
+        runs, logs = os.path.join(folder, "runs"), os.path.join(folder, "logs", "train")
+        for source, target in (
+            (old, new),
+            (_log_of(old, runs, logs), _log_of(new, runs, logs)),
+        ):
+            if os.path.exists(source):
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(source, target)
+    return moved, refused
+
+
+def _log_of(record: str, runs: str, logs: str) -> str:
+    return os.path.join(logs, os.path.relpath(record, runs)[: -len(".json")] + ".log")

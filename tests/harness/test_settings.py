@@ -51,10 +51,15 @@ def test_cli_args_round_trip():
         augment=False,
         learning_rate=0.05,
         precision="bf16",
-        horovod_launcher="gloo",
+        collective_implementation="ring",
     )
     _, parsed, _ = parse(["train", *s.to_cli_args()])
     assert parsed == s
+    # A setting its framework does not read is not passed: it stays at its default.
+    horovod = dataclasses.replace(s, horovod_launcher="gloo")
+    assert "--horovod-launcher" not in horovod.to_cli_args()
+    assert parse(["train", *horovod.to_cli_args()])[1] == s
+    assert "--horovod-launcher" in dataclasses.replace(horovod, framework="horovod").to_cli_args()
 
 
 def test_settings_hash_ignores_data_location_only():

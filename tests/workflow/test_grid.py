@@ -13,6 +13,7 @@ from trainscale.study import (
     job_shape,
     matches,
     run_settings,
+    train_arguments,
 )
 
 
@@ -166,29 +167,21 @@ def test_knob_axes_vary_only_the_frameworks_that_read_them():
     )
     got = {p.stem(): run_settings(config, p) for p in check_config(config)}
     # precision: every framework; compression: Horovod's; pack size: MultiWorker's.
-    # Others keep the benchmark's value (here the default) and are not repeated.
+    # A framework's runs are neither repeated nor labelled by knobs it does not read.
     assert sorted(got) == sorted(
         [
-            f"horovod/vgg16/b64/precision={p},horovod_compression={c},all_reduce_pack_mb=0/n1g2r1"
+            f"horovod/vgg16/b64/precision={p},horovod_compression={c}/n1g2r1"
             for p in ("fp32", "fp16")
             for c in ("none", "fp16")
         ]
         + [
-            f"tf-multiworker/vgg16/b64/precision={p},horovod_compression=none,"
-            f"all_reduce_pack_mb={m}/n1g2r1"
+            f"tf-multiworker/vgg16/b64/precision={p},all_reduce_pack_mb={m}/n1g2r1"
             for p in ("fp32", "fp16")
             for m in (0, 4)
         ]
-        + [
-            f"tf-mirrored/vgg16/b64/precision={p},horovod_compression=none,"
-            "all_reduce_pack_mb=0/n1g2r1"
-            for p in ("fp32", "fp16")
-        ]
+        + [f"tf-mirrored/vgg16/b64/precision={p}/n1g2r1" for p in ("fp32", "fp16")]
     )
-    settings = got[
-        "tf-multiworker/vgg16/b64/precision=fp16,horovod_compression=none,"
-        "all_reduce_pack_mb=4/n1g2r1"
-    ]
+    settings = got["tf-multiworker/vgg16/b64/precision=fp16,all_reduce_pack_mb=4/n1g2r1"]
     assert (settings.precision, settings.all_reduce_pack_mb) == ("fp16", 4.0)
     assert isinstance(settings.all_reduce_pack_mb, float)  # as `trainscale train` parses it
 
@@ -199,7 +192,7 @@ def test_knob_axes_in_constraints_and_checks():
     stems = {p.stem() for p in check_config(config)}
     assert "horovod/vgg16/b64/xla=false,horovod_fusion_threshold_mb=0/n1g2r1" in stems
     assert not any(s.startswith("horovod/") and "xla=true" in s for s in stems)
-    assert "tf-mirrored/vgg16/b64/xla=true,horovod_fusion_threshold_mb=64/n1g2r1" in stems
+    assert "tf-mirrored/vgg16/b64/xla=true/n1g2r1" in stems
     assert len(stems) == 2 + 2 + 2
     # A knob value a framework that reads it refuses is refused up front.
     cpu = knob_config(collective_implementation=["ring", "nccl"])
@@ -227,9 +220,47 @@ def test_a_record_path_reads_back_as_its_grid_point():
         assert GridPoint.from_path(not_a_record) is None
 
 
+def test_a_run_is_labelled_and_told_only_what_its_framework_reads():
+    # make demo's grid: zero_stage [0, 3] is DeepSpeed's alone.
+    config = knob_config(zero_stage=[0, 3])
+    config["grid"]["framework"] = ["tf-single", "torch-ddp", "deepspeed"]
+    config["grid"]["gpus_per_node"] = [1]
+    config["benchmark"].update(xla=True, compile=True)
+    points = {p.framework + "/" + p.knobs_name: p for p in check_config(config)}
+    assert sorted(points) == [
+        "deepspeed/zero_stage=0",
+        "deepspeed/zero_stage=3",
+        "tf-single/",
+        "torch-ddp/",
+    ]
+    single = points["tf-single/"]
+    assert single.stem() == "tf-single/vgg16/b64/n1g1r1"
+    arguments = train_arguments(config, single)
+    assert "--zero-stage" not in arguments and "--compile" not in arguments
+    assert "--ddp-bucket-cap-mb" not in arguments and "--xla" in arguments.split()
+    # What it does not read stays at its default in what it records.
+    settings = run_settings(config, single)
+    assert (settings.zero_stage, settings.compile, settings.xla) == (0, False, True)
+    ddp = train_arguments(config, points["torch-ddp/"]).split()
+    assert "--compile" in ddp and "--no-xla" not in ddp and "--ddp-bucket-cap-mb" in ddp
+    assert "--zero-stage" in train_arguments(config, points["deepspeed/zero_stage=3"])
+
+
+def test_an_old_record_path_names_the_run_without_the_knobs_it_never_read():
+    old = GridPoint.from_path("runs/tf-single/small_cnn/b32/zero_stage=3/n1g1r1.json")
+    assert old == GridPoint.from_path("runs/tf-single/small_cnn/b32/n1g1r1.json")
+    assert old.stem() == "tf-single/small_cnn/b32/n1g1r1"
+    kept = GridPoint.from_path(
+        "runs/deepspeed/small_cnn/b32/precision=bf16,zero_stage=3/n1g2r1.json"
+    )
+    assert kept.knobs == (("precision", "bf16"), ("zero_stage", 3))
+    partly = GridPoint.from_path("runs/torch-ddp/x/b32/precision=bf16,zero_stage=3/n1g2r1.json")
+    assert partly.stem() == "torch-ddp/x/b32/precision=bf16/n1g2r1"
+
+
 def test_the_cross_ecosystem_study():
     config = load_yaml(os.path.join(REPO, "studies", "cross-ecosystem.yaml"))
-    got = {(*point, dict(p.knobs)["zero_stage"]) for p in expand_grid(config) for point in [
+    got = {(*point, dict(p.knobs).get("zero_stage")) for p in expand_grid(config) for point in [
         (p.framework, p.model, p.batch_size, p.nodes, p.gpus_per_node, p.repeat)
     ]}  # fmt: skip
     spanning = {"horovod", "tf-multiworker", "torch-ddp", "horovod-torch", "torch-fsdp"}
@@ -238,11 +269,12 @@ def test_the_cross_ecosystem_study():
     for model in ("resnet50", "vgg16"):
         for repeat in (1, 2, 3):
             point = (model, 64)
-            expected |= {(f, *point, n, g, repeat, 0) for f in spanning for n, g in cells}
-            # ZeRO's stage is DeepSpeed's knob alone: both of its stages, once for the others.
+            expected |= {(f, *point, n, g, repeat, None) for f in spanning for n, g in cells}
+            # ZeRO's stage is DeepSpeed's knob alone: both of its stages; the
+            # others run once, unlabelled by it.
             expected |= {("deepspeed", *point, n, g, repeat, z) for n, g in cells for z in (0, 3)}
-            expected |= {("tf-mirrored", *point, 1, g, repeat, 0) for g in (1, 2, 4)}
-            expected |= {(f, *point, 1, 1, repeat, 0) for f in ("tf-single", "torch-single")}
+            expected |= {("tf-mirrored", *point, 1, g, repeat, None) for g in (1, 2, 4)}
+            expected |= {(f, *point, 1, 1, repeat, None) for f in ("tf-single", "torch-single")}
     assert got == expected
     assert len(got) == 2 * 3 * (7 * 12 + 3 + 2)
     check_config(config)  # every point valid: every model exists in both ecosystems

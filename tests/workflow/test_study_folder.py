@@ -169,3 +169,79 @@ def test_a_replaced_saved_config_is_kept_in_the_history(tmp_path):
     # Nothing else, no temp file left behind.
     assert sorted(os.listdir(folder)) == [HISTORY, "config.yaml"]
     assert len(os.listdir(os.path.join(folder, HISTORY))) == 2
+
+
+OLD_LAYOUT = {
+    # Written when every run carried every knob axis of the grid.
+    "runs/tf-single/small_cnn/b32/zero_stage=3/n1g1r1.json": (
+        "runs/tf-single/small_cnn/b32/n1g1r1.json"
+    ),
+    "runs/torch-ddp/small_cnn/b32/precision=bf16,zero_stage=3/n1g2r1.json": (
+        "runs/torch-ddp/small_cnn/b32/precision=bf16/n1g2r1.json"
+    ),
+    # Already where it belongs: DeepSpeed reads its ZeRO stage.
+    "runs/deepspeed/small_cnn/b32/precision=bf16,zero_stage=3/n1g2r1.json": None,
+}
+
+
+def old_layout_folder(root: Path) -> Path:
+    folder = root / "results" / "old"
+    for path in OLD_LAYOUT:
+        for name, text in (
+            (path, "{}"),
+            (path.replace("runs/", "logs/train/", 1)[:-5] + ".log", "log"),
+        ):
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+    return folder
+
+
+def test_relabel_moves_records_and_logs_to_the_paths_of_what_they_measured(tmp_path):
+    import subprocess
+    import sys
+
+    folder = old_layout_folder(tmp_path)
+    trainscale = [sys.executable, "-m", "trainscale", "relabel", str(folder)]
+    dry = subprocess.run([*trainscale, "--dry-run"], capture_output=True, text=True)
+    assert dry.returncode == 0 and "2 would move, 0 kept" in dry.stdout
+    assert (folder / "runs/tf-single/small_cnn/b32/zero_stage=3/n1g1r1.json").exists()
+    done = subprocess.run(trainscale, capture_output=True, text=True)
+    assert done.returncode == 0 and "2 moved, 0 kept" in done.stdout, done.stderr
+    for old, new in OLD_LAYOUT.items():
+        assert (folder / (new or old)).exists() and (new is None or not (folder / old).exists())
+        log = (new or old).replace("runs/", "logs/train/", 1)[:-5] + ".log"
+        assert (folder / log).read_text() == "log"
+    from trainscale.study_folder import mislabelled_records
+
+    assert mislabelled_records(str(folder)) == []
+
+
+def test_relabel_keeps_a_record_whose_new_path_is_taken(tmp_path):
+    from trainscale.study_folder import relabel_records
+
+    folder = old_layout_folder(tmp_path)
+    # zero_stage: [0, 3] once moved TensorFlow's runs to zero_stage=0/: two of one run.
+    twin = folder / "runs/tf-single/small_cnn/b32/zero_stage=0/n1g1r1.json"
+    twin.parent.mkdir(parents=True)
+    twin.write_text("{}")
+    moved, kept = relabel_records(str(folder))
+    assert len(moved) == 2 and len(kept) == 1
+    assert kept[0][1].endswith("runs/tf-single/small_cnn/b32/n1g1r1.json")
+
+
+def test_a_study_with_mislabelled_records_is_inspected_but_not_run(repo_copy):
+    from conftest import snakemake
+
+    folder = old_layout_folder(Path(repo_copy))
+    config = load_yaml(os.path.join(REPO, "profiles", "local", "study.yaml"))
+    config["study"] = "old"
+    config["cluster"] = {"environment_check": "none"}  # this test is not about them
+    Path(repo_copy, "old.yaml").write_text(json.dumps(config))
+    warning = "results/old holds 2 record(s) filed under knobs their framework does not read"
+    dry = snakemake(repo_copy, "-n", "--configfile", "old.yaml")
+    assert dry.returncode == 0 and warning in dry.stdout + dry.stderr, dry.stdout[-2000:]
+    real = snakemake(repo_copy, "--cores", "1", "--configfile", "old.yaml")
+    said = real.stdout + real.stderr
+    assert real.returncode != 0 and f"Invalid study configuration: {warning}" in said
+    assert "trainscale relabel results/old" in said
+    assert not (folder / "logs" / "collect.log").exists()

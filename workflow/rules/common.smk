@@ -13,7 +13,6 @@ sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 from snakemake.exceptions import WorkflowError
 
 from trainscale.study import (
-    KNOBS_RECORD_PATTERN,
     RECORD_PATTERN,
     ConfigError,
     GridPoint,
@@ -21,7 +20,6 @@ from trainscale.study import (
     missing_environment,
     environment_prefix,
     job_shape,
-    knob_axes,
     network_environment,
     node_environment_check,
     record_path,
@@ -39,7 +37,12 @@ from trainscale.probe import (
     probe_point,
     study_probes,
 )
-from trainscale.study_folder import check_study_folder, is_cache, save_study_config
+from trainscale.study_folder import (
+    check_study_folder,
+    is_cache,
+    mislabelled_records,
+    save_study_config,
+)
 
 # A study of cached records (the published ones) may name frameworks trainscale
 # does not run (seed 004's Ray Train): their records are only read.
@@ -137,12 +140,14 @@ else:
 
 
 # A record's path below runs/ (and its log's below logs/train/), as wildcards:
-# with knob axes in the grid, a folder per knob combination.
-RECORD_STEM = KNOBS_RECORD_PATTERN if knob_axes(config) else RECORD_PATTERN
+# knobs_folder is '' or a folder naming the knobs the point's framework reads.
+RECORD_STEM = RECORD_PATTERN
 
 
 def _one_of(values):
-    return "|".join(re.escape(str(value)) for value in sorted(values))
+    # In a group: Snakemake reads an empty constraint as none (.+), and a
+    # point without knobs has '' for its knobs_folder.
+    return "(?:" + "|".join(re.escape(str(value)) for value in sorted(values)) + ")"
 
 
 # The network probes this study runs (config `probe`; trainscale.probe).
@@ -161,29 +166,42 @@ def environment_jobs():
 
 # A train job runs from its framework's environment unless conda or a
 # container provides it (trainscale_command). Where it is checked is the
-# study's choice (cluster.environment_check): here, a dry run (-n, --dag,
-# --summary, --report) still shows the whole plan with one warning line, and
-# a real run is refused in onstart, before any job starts; node, each job
+# study's choice (cluster.environment_check): here, as below; node, each job
 # checks first (node_check); none, nowhere.
 DEPLOYED = {m.name for m in workflow.deployment_settings.deployment_method}
 ENVIRONMENT_CHECK = config["cluster"]["environment_check"]
 CHECKS_ENVIRONMENTS = not FOLDER.read_only and not DEPLOYED & {"CONDA", "APPTAINER"}
-MISSING_ENVIRONMENT = (
-    missing_environment(config, environment_jobs())
-    if CHECKS_ENVIRONMENTS and ENVIRONMENT_CHECK == "here"
-    else ""
-)
-if MISSING_ENVIRONMENT and not workflow.remote_exec:
+MISLABELLED = [] if FOLDER.read_only else mislabelled_records(RESULTS)
+# What refuses a real run but not a dry one (-n, --dag, --rulegraph,
+# --summary, --report), which still shows the whole plan with one warning line
+# each; a real run is refused in onstart, before any job starts.
+REFUSALS = [
+    (
+        missing_environment(config, environment_jobs())
+        if CHECKS_ENVIRONMENTS and ENVIRONMENT_CHECK == "here"
+        else ""
+    ),
+    (
+        f"results/{STUDY} holds {len(MISLABELLED)} record(s) filed under knobs their "
+        f"framework does not read (e.g. {MISLABELLED[0][0]}), which would be measured "
+        f"again; move them with `trainscale relabel results/{STUDY}`"
+        if MISLABELLED
+        else ""
+    ),
+]
+REFUSALS = [line for line in REFUSALS if line]
+if not workflow.remote_exec:
     from snakemake.logging import logger
 
-    logger.warning(f"trainscale (a real run is refused): {MISSING_ENVIRONMENT}")
+    for line in REFUSALS:
+        logger.warning(f"trainscale (a real run is refused): {line}")
 
 
 # Wildcards only ever take the values of this study's grid.
 wildcard_constraints:
     framework=_one_of({p.framework for p in POINTS}),
     model=_one_of({p.model for p in POINTS}),
-    knobs=_one_of({p.knobs_name for p in POINTS}),
+    knobs_folder=_one_of({p.knobs_folder for p in POINTS}),
     batch_size=r"\d+",
     nodes=r"\d+",
     gpus_per_node=r"\d+",
@@ -404,10 +422,10 @@ def all_outputs():
     ]
 
 
-def refuse_missing_environment():
-    """onstart (real runs only): the missing environment a dry run only warns of."""
-    if MISSING_ENVIRONMENT:
-        raise WorkflowError(f"Invalid study configuration: {MISSING_ENVIRONMENT}")
+def refuse_a_real_run():
+    """onstart (real runs only): what a dry run only warns of."""
+    if REFUSALS:
+        raise WorkflowError(f"Invalid study configuration: {REFUSALS[0]}")
 
 
 def write_study_config():
