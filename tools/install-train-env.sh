@@ -44,12 +44,14 @@ sys.exit(not (horovod.__version__ == '$horovod_version' and hvd.mpi_built() and 
   key="horovod==$horovod_version
 $(build_host_key)
 python=$("$venv/bin/python" -c 'import sys; print(sys.version)')
-tensorflow=$("$venv/bin/python" -c 'import tensorflow as tf; print(tf.__version__, tf.sysconfig.get_compile_flags())' 2>/dev/null)
+tensorflow=$("$venv/bin/python" -c 'import os, tensorflow as tf; print(tf.__version__, [f.replace(os.path.dirname(tf.__file__), "TENSORFLOW") for f in tf.sysconfig.get_compile_flags()])' 2>/dev/null)
 mpi=$( (mpirun --version || true) 2>&1 | head -1)
 flags=$(env | grep '^HOROVOD_' | sort | tr '\n' ' ')
 script=$(sha256sum "$0" | cut -c1-16)"
   # Horovod compiles its TensorFlow ops against the TensorFlow installed
-  # above: no build isolation.
+  # above: no build isolation. TensorFlow's compile flags name its headers'
+  # folder inside this venv: the key holds them relative to it, so a second
+  # clone of the same commit reuses the wheel instead of building for minutes.
   MAKEFLAGS=${MAKEFLAGS:--j2} cached_install horovod-tensorflow "$key" \
     "${pip[@]}" wheel --no-build-isolation --no-deps --no-cache-dir "horovod==$horovod_version" -w
   "${pip[@]}" install cloudpickle psutil pyyaml packaging
