@@ -116,11 +116,10 @@ def ranks_table(cells: pd.DataFrame, clock: str = "time_to_target") -> pd.DataFr
 
 def accuracy_figure(curves: pd.DataFrame, target: float | None, paths: list[str]) -> None:
     """Test accuracy against wall time (on the clock): one line per run."""
-    from trainscale.plotting import PALETTE, finish, panels_of
+    from trainscale.plotting import finish, framework_style, panels_of
 
     fig, panels = panels_of(curves)
-    # A colour per framework, a line style per GPU count.
-    colours = {s: i for i, s in enumerate(sorted(set(curves["series"]), key=series_order))}
+    # The framework's colour and marker (plotting.framework_style), a line style per GPU count.
     styles = {g: i for i, g in enumerate(sorted(set(curves["gpus"])))}
     keys = sorted({(series_order(s), s, g) for s, g in zip(curves["series"], curves["gpus"])})
     for ax, variant in panels:
@@ -131,8 +130,7 @@ def accuracy_figure(curves: pd.DataFrame, target: float | None, paths: list[str]
                 ax.plot(
                     run["wall_seconds"],
                     run["test_accuracy"],
-                    marker=".",
-                    color=PALETTE[colours[series] % len(PALETTE)],
+                    **{**framework_style(series.partition(" ")[0]), "marker": "."},
                     linestyle=("-", "--", ":", "-.")[styles[gpus] % 4],
                     label=label if repeat == runs["repeat"].min() else None,
                 )

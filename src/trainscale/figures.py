@@ -11,7 +11,20 @@ from __future__ import annotations
 
 import pandas as pd
 
-from trainscale.plotting import THROUGHPUT, finish, host_series, panels_of, plot, plt, plural, sns
+from trainscale.plotting import (
+    THROUGHPUT,
+    finish,
+    framework_style,
+    host_series,
+    legend,
+    panels_of,
+    plot,
+    plt,
+    plural,
+    sns,
+    variant_style,
+    wrapped,
+)
 from trainscale.records import atomic_path
 from trainscale.registry import framework_spec
 from trainscale.registry import label as framework_label
@@ -141,14 +154,10 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
     panel reached, on the fewest nodes."""
     touched = dict(zip(refactoring["framework"], refactoring["lines_touched"], strict=True))
     frame = combined[combined["framework"].isin(touched)]
-    markers = "osD^vP*X"
-    palette = sns.color_palette("colorblind", n_colors=10)
     fig, panels = panels_of(frame)
     for ax, variant in panels:
         shared = _shared_gpu_count(variant)
-        for index, (series, part) in enumerate(
-            sorted(variant.groupby("series"), key=lambda kv: series_order(kv[0]))
-        ):
+        for series, part in sorted(variant.groupby("series"), key=lambda kv: series_order(kv[0])):
             framework = part["framework"].iloc[0]
             gpus = 1 if framework_spec(framework).one_device else shared or part["gpus"].max()
             point = part[part["gpus"] == gpus].sort_values("nodes").head(1)
@@ -159,8 +168,7 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
                 point["images_per_sec_mean"],
                 yerr=point["images_per_sec_std"],
                 label=f"{series_label(series)}, {plural(int(gpus), 'GPU')}",
-                color=palette[index % len(palette)],
-                marker=markers[index % len(markers)],
+                **framework_style(framework),
                 linestyle="none",
                 capsize=3,
             )
@@ -180,7 +188,6 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
     fig, axes = plt.subplots(
         rows, columns, figsize=(4.6 * columns, 3.8 * rows), layout="constrained", squeeze=False
     )
-    palette = sns.color_palette("colorblind", n_colors=10)
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)
     for ax, series in zip(axes.flat, shown, strict=False):
@@ -192,11 +199,11 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
         ]
         for index, (gpus_per_node, line) in enumerate(part.groupby("gpus_per_node")):
             line = line.sort_values("gpus")
-            colour = palette[index % len(palette)]
-            ax.plot(line["gpus"], line["predicted_images_per_sec"], color=colour, marker=".",
+            style = variant_style(series.framework, index)
+            ax.plot(line["gpus"], line["predicted_images_per_sec"], **style,
                     label=f"predicted, {gpus_per_node} GPUs/node")  # fmt: skip
-            ax.fill_between(line["gpus"], line["low_images_per_sec"],
-                            line["high_images_per_sec"], color=colour, alpha=0.2)  # fmt: skip
+            band = (line["low_images_per_sec"], line["high_images_per_sec"])
+            ax.fill_between(line["gpus"], *band, color=style["color"], alpha=0.2)
         cells = series.cells
         ax.errorbar([c.gpus for c in cells], [c.images_per_sec for c in cells],
                     yerr=[c.std for c in cells], fmt="o", color="black", markersize=3,
@@ -206,14 +213,21 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
         ax.plot([1, most], [single, single * most], color="gray", linestyle="--", label="ideal")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(f"{series.name} ({fitted[series].model.algorithm})", fontsize="small")
+        title = f"{series.name} ({fitted[series].model.algorithm})"
+        ax.set_title(wrapped(title, fig.get_figwidth() / columns, 9), fontsize="small")
         ax.set(xlabel="GPUs (all hosts)", ylabel=THROUGHPUT)
-        ax.legend(fontsize="x-small")
     if not shown:
         axes.flat[0].text(0.5, 0.5, "no series to fit", ha="center", va="center")
-    fig.suptitle(
-        "Predicted throughput: the fitted step model, its 95 % band, and the measured cells"
-    )
+    # One legend for every panel, outside them: measured, ideal, and each
+    # GPUs-per-node line (in its panel's framework colour).
+    handles = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if handles:
+        legend(fig, list(handles.values()), list(handles))
+    title = "Predicted throughput: the fitted step model, its 95 % band, and the measured cells"
+    fig.suptitle(wrapped(title, fig.get_figwidth()))
     for path in paths:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=150)
@@ -239,7 +253,10 @@ def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], not
     fig, panels = plot(both, "gpus", "series", str, "GPUs (all hosts)", THROUGHPUT)
     mine = ", ".join(sorted(set(comparison["device"])))
     theirs = ", ".join(sorted(set(comparison["reference_device"])))
-    finish(fig, panels, paths, f"This study ({mine}) vs {reference} ({theirs})", note)
+    title = f"This study ({mine}) vs {reference} ({theirs})"
+    if comparison.empty:
+        title = f"This study vs {reference}: no grid point in common"
+    finish(fig, panels, paths, title, note)
 
 
 def write_figures(

@@ -77,20 +77,29 @@ def plot_network(curves: pd.DataFrame, paths: list[str], title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from trainscale.plotting import legend
     from trainscale.records import atomic_path
 
     links = sorted(curves["link"].unique(), reverse=True) or ["no probe"]
-    fig, axes = plt.subplots(1, len(links), figsize=(5.5 * len(links), 4.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(links), figsize=(5.5 * len(links), 4.2), squeeze=False, layout="constrained"
+    )
+    # One colour per series in every panel (a link's panel lacks some).
+    colours = {name: f"C{i % 10}" for i, name in enumerate(sorted(curves["series"].unique()))}
     for ax, link in zip(axes[0], links, strict=True):
         for series, rows in curves[curves["link"] == link].groupby("series"):
             dashed = "--" if "all-reduce" in series else "-"
-            ax.plot(rows["bytes"], rows["gbit_per_s"], dashed, marker=".", label=series)
+            ax.plot(rows["bytes"], rows["gbit_per_s"], dashed, marker=".", label=series,
+                    color=colours[series])  # fmt: skip
         ax.set(xscale="log", yscale="log", title=link, xlabel="message (bytes)")
         ax.set_ylabel("bandwidth (Gbit/s)")
-        if ax.has_data():
-            ax.legend(fontsize="small")
+    handles = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if handles:  # below the panels, where it covers no curve
+        legend(fig, list(handles.values()), list(handles))
     fig.suptitle(title)
-    fig.tight_layout()
     for path in paths:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=150)

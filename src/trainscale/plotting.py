@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from trainscale.records import atomic_path  # noqa: E402
+from trainscale.registry import table_order  # noqa: E402
 from trainscale.tables import PANEL  # noqa: E402
 from trainscale.tidy import series_label  # noqa: E402
 
@@ -21,6 +22,37 @@ THROUGHPUT = "Throughput (images/sec, all GPUs)"
 # seaborn's colorblind palette has pink, grey, yellow and light blue last,
 # too faint for a line on white: their dark versions take their places.
 PALETTE = sns.color_palette("colorblind", n_colors=6) + sns.color_palette("dark")[6:10]
+MARKERS = "osD^vP*Xhp"
+# A framework's lines that differ by something else (hosts, GPUs, a knob of
+# its own, measured vs reference) differ by line style, then by an open marker.
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def framework_style(framework: str) -> dict:
+    """The colour and marker of `framework` in every figure of every study:
+    fixed by its place in the registry, so a reader learns them once."""
+    index = table_order(framework)
+    return {"color": PALETTE[index % len(PALETTE)], "marker": MARKERS[index % len(MARKERS)]}
+
+
+def variant_style(framework: str, variant: int) -> dict:
+    """The style of a framework's `variant`-th line (0 first): its colour and
+    marker, a line style of its own, the marker open from the fifth on."""
+    style = framework_style(framework)
+    style["linestyle"] = LINESTYLES[variant % len(LINESTYLES)]
+    if variant // len(LINESTYLES) % 2:
+        style["markerfacecolor"] = "white"
+    return style
+
+
+def wrapped(text: str, inches: float, fontsize: float = 12.0) -> str:
+    """`text` broken into lines that fit `inches` at `fontsize` points: a title
+    or note wider than its figure is cut off at both edges, not shrunk."""
+    import textwrap
+
+    # An average character is a little over half the font size wide.
+    width = max(20, int(inches * 72 / (0.6 * fontsize)))
+    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
 
 
 def panels_of(frame: pd.DataFrame):
@@ -71,29 +103,35 @@ def panels_of(frame: pd.DataFrame):
 
 
 def lines(ax, frame, x, hue, label, y="images_per_sec_mean", err="images_per_sec_std"):
-    """One line per value of `hue`, in a fixed colour and marker per value."""
-    markers = "osD^vP*X"
-    palette = PALETTE
+    """One line per value of `hue`, in its framework's colour and marker; a
+    framework's lines apart by line style (the same in every panel)."""
     for key, part in sorted(frame.groupby(hue), key=lambda kv: kv[0]):
         part = part.sort_values(x)
-        index = _colour_index.setdefault(label(key), len(_colour_index))
+        framework = part["framework"].iloc[0]
+        name = label(key)
+        variants = _variants.setdefault(framework, {})
+        index = variants.setdefault(name, len(variants))
+        _legend_order.setdefault(name, (table_order(framework), framework, index))
         ax.errorbar(
             part[x],
             part[y],
             yerr=part[err] if err else None,
-            label=label(key),
-            color=palette[index % len(palette)],
-            marker=markers[index % len(markers)],
+            label=name,
             capsize=3,
+            **variant_style(framework, index),
         )
 
 
-# Per figure: one colour per line label across all its panels.
-_colour_index: dict[str, int] = {}
+# Per figure: each framework's line labels, in the order first drawn, and
+# where each goes in the legend (registry order, then that order).
+_variants: dict[str, dict[str, int]] = {}
+_legend_order: dict[str, tuple] = {}
 
 
 def finish(fig, panels, paths: list[str], title: str, note: str | None = None):
-    fig.suptitle(title)
+    """The figure's title, one legend outside the plots (in registry order),
+    its note, written as PNG and PDF."""
+    fig.suptitle(wrapped(title, fig.get_figwidth()))
     handles = {}
     for ax, _ in panels:
         if ax.has_data():
@@ -108,23 +146,34 @@ def finish(fig, panels, paths: list[str], title: str, note: str | None = None):
         for ax, _ in panels:
             if ax.get_subplotspec().colspan.start > 0:
                 ax.set_ylabel("")
+    # Lines of no framework (ideal, target) after the frameworks.
+    order = sorted(handles, key=lambda label: _legend_order.get(label, (float("inf"),)))
     if handles:
-        if len(panels) == 1:
-            panels[0][0].legend(handles.values(), handles.keys(), fontsize="small")
-        else:
-            where = "outside lower center" if fig.get_layout_engine() else "lower center"
-            # As many columns as the figure's width holds (about 12 characters
-            # an inch at this size): long labels (knobs) get fewer.
-            longest = max(len(label) for label in handles) + 6
-            ncols = max(1, min(4, len(handles), int(fig.get_figwidth() * 12 // longest)))
-            fig.legend(handles.values(), handles.keys(), loc=where, ncols=ncols)
+        legend(fig, [handles[label] for label in order], order)
     if note:
-        fig.text(0.01, 0.005, note, fontsize="x-small", color="dimgray")
+        fig.text(
+            0.01, 0.005, wrapped(note, fig.get_figwidth(), 7), fontsize="x-small", color="dimgray"
+        )
     for path in paths:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=150 if len(panels) <= 4 else 80)
     plt.close(fig)
-    _colour_index.clear()
+    _variants.clear()
+    _legend_order.clear()
+
+
+def legend(fig, handles, labels) -> None:
+    """The figure's one legend, below every plot: inside a plot it covers
+    data, and beside it it runs into the figure's title. The figure grows by
+    the legend's rows, so the plots keep their size."""
+    where = "outside lower center" if fig.get_layout_engine() else "lower center"
+    # As many columns as the figure's width holds (about 12 characters an
+    # inch at this size): long labels (knobs) get fewer.
+    longest = max(len(label) for label in labels) + 6
+    ncols = max(1, min(4, len(labels), int(fig.get_figwidth() * 12 // longest)))
+    if fig.get_layout_engine():
+        fig.set_figheight(fig.get_figheight() + 0.22 * -(-len(labels) // ncols))
+    fig.legend(handles, labels, loc=where, ncols=ncols, fontsize="small")
 
 
 def integer_ticks(ax, values):

@@ -75,11 +75,16 @@ def test_seed_002s_study_dry_runs_with_its_probe_jobs_on_each_network():
     ethernet = [line for line in out.splitlines() if "trainscale probe" in line and "eth" in line]
     assert len(ethernet) == 4
     for line in ethernet:
-        assert line.startswith(
-            "Shell command: env GLOO_SOCKET_IFNAME=eth0 HOROVOD_GLOO_IFACE=eth0 NCCL_IB_DISABLE=1"
-        )
+        # The job's log first (exec > log), then the network's environment.
+        assert re.match(
+            r"Shell command: exec > \S+\.log 2>&1; "
+            "env GLOO_SOCKET_IFNAME=eth0 HOROVOD_GLOO_IFACE=eth0 NCCL_IB_DISABLE=1",
+            line,
+        ), line
         assert "--network-name eth" in line
-    trains = re.findall(r"^Shell command: env .*trainscale run .*--network-name ib .*$", out, re.M)
+    trains = re.findall(
+        r"^Shell command: .*; env .*trainscale run .*--network-name ib .*$", out, re.M
+    )
     assert len(trains) == 28 and all("OMPI_MCA_pml=ucx" in t for t in trains)
 
 

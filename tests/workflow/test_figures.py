@@ -1,0 +1,208 @@
+"""Every figure of the demo and of the published study, looked at as a person
+would, through matplotlib's own artists: each framework has one colour in
+every figure of a study, legends list frameworks in the registry's order, and
+no title, label or legend text lies outside the canvas.
+
+The published study's figures are drawn from its cached records; the demo's
+from its grid (profiles/local/study.yaml) with made-up numbers, since what is
+checked depends on its frameworks, knobs and labels, not on its speeds.
+"""
+
+import os
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+import pytest
+from conftest import REPO, load_yaml
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
+
+from trainscale.figures import write_figures  # noqa: E402
+from trainscale.predict_report import write_predictions  # noqa: E402
+from trainscale.records import is_record_name  # noqa: E402
+from trainscale.refactoring import write_refactoring  # noqa: E402
+from trainscale.registry import REGISTRY, table_order  # noqa: E402
+from trainscale.schema import config_schema, validate_config  # noqa: E402
+from trainscale.study import check_config, run_settings  # noqa: E402
+from trainscale.tidy import COLUMNS, add_scaling, collect  # noqa: E402
+
+SCHEMA = config_schema(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml"))
+# Longest first: "Horovod (PyTorch)" before "Horovod".
+LABELS = sorted(((s.label, s.name) for s in REGISTRY), key=lambda pair: -len(pair[0]))
+
+
+def records_of(study: str) -> list[str]:
+    runs = Path(REPO, "results", study, "runs")
+    return sorted(str(p) for p in runs.rglob("*.json") if is_record_name(p.name))
+
+
+def demo_tidy() -> pd.DataFrame:
+    """The demo's grid as throughput rows (made-up, plausible numbers)."""
+    config = validate_config(load_yaml(os.path.join(REPO, "profiles/local/study.yaml")), SCHEMA)
+    rows = []
+    for point in check_config(config, root=REPO):
+        settings = run_settings(config, point)
+        rate = 100.0 * point.gpus * (0.7 + 0.03 * table_order(point.framework))
+        rows.append({
+            "study": "local-cpu", "framework": point.framework, "model": point.model,
+            "dataset": settings.dataset, "image_size": settings.image_size,
+            "batch_size": point.batch_size, "knobs": point.knobs_name, "nodes": point.nodes,
+            "gpus_per_node": point.gpus_per_node, "gpus": point.gpus, "repeat": 1,
+            "device": "cpu", "status": "ok", "images_per_sec_mean": rate,
+            "images_per_sec_std": rate / 20, "blocks": 10,
+            "per_gpu_images_per_sec": rate / point.gpus,
+            "peak_memory_per_replica_mib": 300.0 + 10 * table_order(point.framework),
+            "source": "measured", "settings_hash": "demo", "record": point.stem(),
+        })  # fmt: skip
+    return add_scaling(pd.DataFrame(rows)).reindex(columns=COLUMNS)
+
+
+def draw_study(folder: Path, tidy: pd.DataFrame, reference: str | None, monkeypatch):
+    """Every figure the workflow draws for a study (figures, predict), kept open."""
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
+    csv = folder / "throughput.csv"
+    tidy.to_csv(csv, index=False)
+    frameworks = sorted(set(tidy["framework"]), key=table_order)
+    write_refactoring(frameworks, str(folder))
+    figures = folder / "figures"
+    write_figures(
+        str(csv), str(figures), reference, "horovod",
+        reference_records=records_of(reference) if reference else [],
+        refactoring_csv=str(folder / "refactoring.csv"),
+    )  # fmt: skip
+    write_predictions(str(csv), str(folder), [str(figures / "predicted.png")], [1, 2, 4], [2])
+    return drawn
+
+
+def framework_of(label: str, *contexts: str) -> str | None:
+    """The framework a legend entry is a line of: named by its label, else by
+    its panel's or its figure's title (a weak-scaling figure's lines are GPU
+    counts of the framework its title names); None for 'ideal', 'measured'."""
+    if label in ("ideal", "measured", "target"):
+        return None
+    for text in (label, *contexts):
+        for name, framework in LABELS:
+            if text.startswith(name) or (text is not label and f" {name} " in f" {text} "):
+                return framework
+    return None
+
+
+def colour_of(handle) -> str | None:
+    line = handle.lines[0] if hasattr(handle, "lines") else handle
+    return to_hex(line.get_color()) if hasattr(line, "get_color") else None
+
+
+def legend_entries(fig):
+    """(label, colour, framework) of every legend entry, in legend order."""
+    title = fig._suptitle.get_text() if fig._suptitle else ""
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            yield label, colour_of(handle), framework_of(label, ax.get_title(), title)
+
+
+def drawn_texts(fig):
+    """Every text the figure draws: titles, notes, legends, axis labels, and the
+    labels of the ticks in view (matplotlib keeps others, undrawn, elsewhere)."""
+    yield from fig.texts
+    for legend in fig.legends:
+        yield from legend.get_texts()
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        yield from (ax.title, ax._left_title, ax._right_title, *ax.texts)
+        if ax.get_legend():
+            yield from ax.get_legend().get_texts()
+        for axis in (ax.xaxis, ax.yaxis):
+            yield axis.label
+            low, high = sorted(axis.get_view_interval())
+            for tick in (*axis.get_major_ticks(), *axis.get_minor_ticks()):
+                if low <= tick.get_loc() <= high:
+                    yield tick.label1
+
+
+def texts_outside_the_canvas(fig) -> list[str]:
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.bbox.width, fig.bbox.height
+    outside = []
+    if fig._suptitle:
+        fig.texts.append(fig._suptitle)  # drawn like the others; read with them
+    for text in drawn_texts(fig):
+        if not text.get_visible() or not text.get_text().strip():
+            continue
+        box = text.get_window_extent(renderer)
+        if box.x0 < -1 or box.y0 < -1 or box.x1 > width + 1 or box.y1 > height + 1:
+            outside.append(f"{text.get_text()!r} at {box.bounds}")
+    # Everything drawn, as matplotlib measures it: inside the canvas too.
+    tight = fig.get_tightbbox(renderer)
+    if tight.x0 < -0.01 or tight.y0 < -0.01 or tight.x1 > fig.get_figwidth() + 0.01:
+        outside.append(f"the drawing's bounds {tight.bounds} (inches)")
+    if tight.y1 > fig.get_figheight() + 0.01:
+        outside.append(f"the drawing's bounds {tight.bounds} (inches)")
+    return outside
+
+
+def covered(fig) -> list[str]:
+    """What a legend covers: a plot's area or the figure's title. A legend
+    inside a plot covers its data, so every legend is the figure's own."""
+    renderer = fig.canvas.get_renderer()
+    found = [f"a legend inside {ax.get_title()!r}" for ax in fig.axes if ax.get_legend()]
+    plots = [ax.get_window_extent(renderer) for ax in fig.axes if ax.get_visible()]
+    title = [fig._suptitle.get_window_extent(renderer)] if fig._suptitle else []
+    for legend in fig.legends:
+        box = legend.get_window_extent(renderer)
+        found += [f"a plot at {p.bounds}" for p in plots if box.overlaps(p)]
+        found += [f"the title at {t.bounds}" for t in title if box.overlaps(t)]
+    return found
+
+
+def legend_order(fig) -> list[str]:
+    """The frameworks of the figure's legend(s), in the order they are listed."""
+    title = fig._suptitle.get_text() if fig._suptitle else ""
+    order = []
+    for legend in fig.legends:
+        for text in legend.get_texts():
+            framework = framework_of(text.get_text(), "", title)
+            if framework and framework not in order:
+                order.append(framework)
+    return order
+
+
+STUDIES = [("the demo", "local-cpu"), ("the published study", "published")]
+
+
+@pytest.mark.parametrize(("what", "study"), STUDIES, ids=[s[0] for s in STUDIES])
+def test_every_figure_reads_at_a_glance(what, study, tmp_path, monkeypatch, record_property):
+    if study == "published":
+        tidy, reference = collect("published", records_of("published")), None
+    else:
+        tidy, reference = demo_tidy(), "published"
+    drawn = draw_study(tmp_path, tidy, reference, monkeypatch)
+    assert len(drawn) >= 8
+    colours: dict[str, set] = {}
+    report = []
+    for fig in drawn:
+        name = fig._suptitle.get_text().replace("\n", " ") if fig._suptitle else "?"
+        outside = texts_outside_the_canvas(fig)
+        assert not outside, f"{what}, {name!r}: text outside the canvas: {outside}"
+        under = covered(fig)
+        assert not under, f"{what}, {name!r}: its legend covers {under}"
+        for _label, colour, framework in legend_entries(fig):
+            if framework and colour:
+                colours.setdefault(framework, set()).add(colour)
+        order = legend_order(fig)
+        assert order == sorted(order, key=table_order), f"{what}, {name!r}: legend {order}"
+        report.append(f"{name}: legend {order}")
+    two = {f: sorted(c) for f, c in colours.items() if len(c) > 1}
+    assert not two, f"{what}: a framework in more than one colour: {two}"
+    assert set(colours) == set(tidy["framework"])
+    # Each framework's colour is its own.
+    assert len({next(iter(c)) for c in colours.values()}) == len(colours)
+    palette = dict(sorted((f, next(iter(c))) for f, c in colours.items()))
+    shown = [f"{what}: {len(drawn)} figures, colours {palette}"]
+    record_property("figures", "\n".join(shown + report))
+    print("\n".join(shown + report))
