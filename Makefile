@@ -22,7 +22,7 @@ COMPAT_PYTHON ?= $(lastword $(wildcard $(shell pyenv root 2>/dev/null || echo /r
 COMPAT_TENSORFLOW ?= 2.11.0
 
 .PHONY: help setup system slurm-packages train-env torch-env analysis-env demo demo-accuracy demo-harness test test-fast \
-	test-slurm test-compat slurm-lab-up slurm-lab-down lint format clean bench
+	docs docs-browser test-slurm test-compat slurm-lab-up slurm-lab-down lint format clean bench
 
 help:
 	@echo "make demo       the scaled-down study on this machine's CPU (the main job)"
@@ -35,6 +35,7 @@ help:
 	@echo "make slurm-lab-up NODES=n / make slurm-lab-down   a SLURM cluster on this machine (root)"
 	@echo "make bench      the harness's overhead ratios and the workflow at scale (bench/results.json)"
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
+	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
 	@echo "make setup      install system packages and the three environments"
 
 setup: train-env torch-env analysis-env
@@ -60,6 +61,15 @@ torch-env: system
 
 analysis-env:
 	PYTHON=$(PYTHON) bash tools/install-analysis-env.sh $(VENV)
+
+# The documentation site (mkdocs.yml): its reference pages are generated from
+# the declarations at build time; --strict fails on a broken link.
+docs: analysis-env
+	$(VENV)/bin/mkdocs build --strict
+
+# Headless Chromium, which the docs test opens the built site in.
+docs-browser:
+	bash tools/apt-install.sh "docs browser" chromium
 
 # The main job: the paper's study scaled down to this machine's CPU
 # (profiles/local/study.yaml), through Snakemake with the local executor.
@@ -100,7 +110,7 @@ bench: train-env torch-env analysis-env
 PYTEST_PARALLEL ?= -n auto --maxprocesses 2 --dist loadgroup
 # The tests marked `alone` compare timings across runs: they run last, with
 # no other test beside them (pyproject.toml's markers).
-test: train-env torch-env analysis-env slurm-packages
+test: train-env torch-env analysis-env slurm-packages docs-browser
 	$(TRAIN_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/harness tests/examples
 	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/torch tests/examples
 	$(VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "not alone" tests/workflow

@@ -54,7 +54,8 @@ def _options() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str] | None = None):
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The `trainscale` parser and its commands' (the docs' CLI reference reads both)."""
     parser = _Parser(prog="trainscale", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     common = _options()
@@ -67,6 +68,11 @@ def parse(argv: list[str] | None = None):
     _predict_parser(commands)
     _relabel_parser(commands)
     probe_parser(commands)
+    return parser, dict(commands.choices)
+
+
+def parse(argv: list[str] | None = None):
+    parser, _ = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # `example`'s own options end at --; the script's follow.
     script_arguments = []

@@ -13,7 +13,7 @@ resident memory, one replica per process.
 In fp32 DeepSpeed's ZeRO-3 does not hold less here: it keeps an fp32 master
 copy of its partition beside the model's (fp32 too) and creates Adam's
 state at initialize, and measured 1258 MiB per replica against ZeRO-0's
-1043 (FSDP2 852 against DDP's 1144). The README says so.
+1043 (FSDP2 852 against DDP's 1144). The docs say so.
 """
 
 import pytest

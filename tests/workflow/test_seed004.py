@@ -106,7 +106,7 @@ def test_every_record_keeps_the_printed_text_and_its_node(rebuilt):
 
 
 def test_what_a_careful_reader_sees_in_the_seed():
-    """The README's observations, checked on the seed's numbers."""
+    """The observations of the docs' seed 004 tutorial, checked on the seed's numbers."""
     cells = seed_cells()
     # Training time is 60000 / images/sec (one pass over the 60000 training
     # images) to 0.1 % in 13 of 16 cells; the other three are named (off by
