@@ -36,12 +36,11 @@ include: "workflow/rules/accuracy.smk"
 
 
 onstart:
-    refuse_a_real_run()
-    write_study_config()
+    on_start()
 
 
 onerror:
-    record_lost_train_jobs()
+    on_error()
 
 
 rule all:

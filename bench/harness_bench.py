@@ -31,20 +31,30 @@ from common import (  # noqa: E402
     timed_block,
 )
 
-from trainscale.backend import Topology  # noqa: E402
-from trainscale.data import image_dataset  # noqa: E402
-from trainscale.datasets import generate_cifar100, load_dataset  # noqa: E402
-from trainscale.frameworks import create_framework  # noqa: E402
-from trainscale.models import build_model  # noqa: E402
-from trainscale.registry import REGISTRY  # noqa: E402
-from trainscale.settings import RunOptions, RunSettings  # noqa: E402
-from trainscale.tf_backend import build_train_step, make_dataset_fn, make_optimizer  # noqa: E402
+from trainscale.core.datasets import generate_cifar100, load_dataset  # noqa: E402
+from trainscale.frameworks import backend_class  # noqa: E402
+from trainscale.frameworks.tensorflow.strategies import create_framework  # noqa: E402
+from trainscale.frameworks.tensorflow.tf_backend import (  # noqa: E402
+    build_train_step,
+    make_dataset_fn,
+    make_optimizer,
+)
+from trainscale.harness.backend import Topology  # noqa: E402
+from trainscale.harness.data import image_dataset  # noqa: E402
+from trainscale.harness.models import build_model  # noqa: E402
+from trainscale.study.registry import REGISTRY  # noqa: E402
+from trainscale.study.settings import RunOptions, RunSettings  # noqa: E402
+
+
+def _framework_class(settings: RunSettings):
+    """The tf.distribute or Horovod class of the settings' framework (its registry entry's)."""
+    return backend_class(settings.framework).framework_class
 
 
 def harness_step(settings: RunSettings, dataset_fn=None):
     """The harness's own compiled training step (tf_backend.build_train_step) on its
     framework, model and optimizer: returns a function running one step."""
-    framework = create_framework(settings, RunOptions(), Topology())
+    framework = create_framework(_framework_class(settings), settings, RunOptions(), Topology())
     tf.keras.utils.set_random_seed(settings.seed)
     with framework.scope():
         model = build_model(settings.model, settings.image_size, settings.num_classes)
@@ -119,7 +129,7 @@ def main() -> None:
     images = vgg.batch_size * steps
     cifar = dataclasses.replace(vgg, dataset="cifar100", data_dir=data_dir)
     synthetic = dataclasses.replace(vgg, dataset="synthetic")
-    framework = create_framework(cifar, RunOptions(), Topology())
+    framework = create_framework(_framework_class(cifar), cifar, RunOptions(), Topology())
     with framework.scope():
         model = build_model(vgg.model, vgg.image_size, vgg.num_classes)
         optimizer = make_optimizer(vgg)

@@ -21,9 +21,9 @@ import sys
 
 from common import median, ratio_interval, timed_block
 
-from trainscale.launch_kinds import free_ports
-from trainscale.settings import RunOptions, RunSettings
-from trainscale.training import create_backend
+from trainscale.frameworks import backend_class
+from trainscale.study.launch_kinds import free_ports
+from trainscale.study.settings import RunOptions, RunSettings
 
 BATCH = 32
 STEPS_PER_BLOCK = 6
@@ -44,7 +44,7 @@ def prepared(framework: str):
         framework=framework, model="vgg16", image_size=32, batch_size=BATCH,
         dataset="synthetic", device="cpu", warmup_steps=1,
     )  # fmt: skip
-    backend = create_backend(settings, RunOptions())
+    backend = backend_class(settings.framework)(settings, RunOptions())
     backend.prepare()
     return backend
 

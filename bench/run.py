@@ -63,7 +63,7 @@ def cross_ecosystem(train_python: str, torch_python: str, device: str) -> dict:
 
     from common import median, ratio_interval, run_framework
 
-    from trainscale.settings import RunSettings
+    from trainscale.study.settings import RunSettings
 
     work = tempfile.mkdtemp(prefix="trainscale-bench-cross-")
     results = {}
@@ -358,7 +358,7 @@ def main() -> None:
     results["table"] = table(results)
     if "device_matrix" in results:
         results["table"] += "\n\n" + matrix_table(results["device_matrix"])
-    from trainscale.records import atomic_write_json
+    from trainscale.core.records import atomic_write_json
 
     atomic_write_json(args.output, results)
     m = results["machine"]

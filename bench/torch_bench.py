@@ -2,7 +2,7 @@
 
 Run by bench/run.py with the torch environment (.venv-torch); prints one JSON
 object on stdout. As bench/harness_bench.py does for TensorFlow:
-1. the harness's torch-single step (trainscale.torch_backend) against the loop
+1. the harness's torch-single step (trainscale.frameworks.torch.torch_backend) against the loop
    a PyTorch user writes by hand (zero_grad, forward, mean cross-entropy,
    backward, step) on the same model, optimizer, batch and synthetic data,
    timed blocks interleaved in one process;
@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from common import harness_against, median, one_replica_each, ratio_interval, run_framework
 
-from trainscale.registry import REGISTRY
-from trainscale.settings import RunOptions, RunSettings
-from trainscale.torch_backend import TorchBackend
-from trainscale.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_backend import TorchBackend
+from trainscale.harness.torch_models import build_torch_model
+from trainscale.study.registry import REGISTRY
+from trainscale.study.settings import RunOptions, RunSettings
 
 
 def harness_step(settings: RunSettings):

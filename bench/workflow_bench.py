@@ -87,8 +87,8 @@ def dry_run(work: str) -> dict:
 
 def make_records(study_root: str, config: dict) -> tuple[list[str], dict]:
     """Write one made-up record per point of `config`; return their paths and expected settings."""
-    from trainscale.records import record_head
-    from trainscale.study import expand_grid, record_path, run_settings
+    from trainscale.core.records import record_head
+    from trainscale.study.study import expand_grid, record_path, run_settings
 
     rng = np.random.default_rng(0)
     paths, expected = [], {}
@@ -112,9 +112,9 @@ def make_records(study_root: str, config: dict) -> tuple[list[str], dict]:
 
 def analysis(work: str) -> dict:
     """collect, tables and figures over 10,000 records, in this (fresh) process."""
-    from trainscale.figures import write_figures
-    from trainscale.tables import write_tables
-    from trainscale.tidy import write_throughput
+    from trainscale.analysis.figures import write_figures
+    from trainscale.analysis.tables import write_tables
+    from trainscale.analysis.tidy import write_throughput
 
     config = big_config("bench-analysis", 5)
     paths, expected = make_records(os.path.join(work, "results"), config)

@@ -68,7 +68,7 @@ def load_json(path) -> dict:
 
 def make_cifar_dir(root) -> str:
     """A small data set in the real cifar-100-python format (the folder form)."""
-    from trainscale.datasets import generate_cifar100
+    from trainscale.core.datasets import generate_cifar100
 
     generate_cifar100(str(root), num_images=256, seed=7)
     return str(root)
@@ -78,7 +78,7 @@ def make_mnist_dir(root, train: int, test: int, seed: int) -> str:
     """Random images and labels in MNIST's real IDX format, both splits."""
     import numpy as np
 
-    from trainscale.datasets import write_dataset
+    from trainscale.core.datasets import write_dataset
 
     rng = np.random.default_rng(seed)
     splits = {
@@ -315,18 +315,18 @@ EXAMPLE_LOSS_TOLERANCE = 1e-5
 
 def example_frameworks() -> list[str]:
     """Every framework of each ecosystem this Python runs at least one of."""
-    from trainscale.registry import REGISTRY, missing_module
+    from trainscale.study.registry import REGISTRY, missing_module
 
     ecosystems = {spec.ecosystem for spec in REGISTRY if not missing_module(spec.name)}
     return [spec.name for spec in REGISTRY if spec.ecosystem in ecosystems]
 
 
 def one_per_launch_kind(ecosystem: str) -> list[str]:
-    """The first framework of `ecosystem` for each launch kind (trainscale.launch_kinds):
+    """The first framework of `ecosystem` for each launch kind (trainscale.study.launch_kinds):
     where a failure's handling is the launcher's, more of a kind prove nothing new.
     A kind is its class: torchrun's and DeepSpeed's differ only in the commands
     a user is shown, and start the same processes."""
-    from trainscale.registry import REGISTRY
+    from trainscale.study.registry import REGISTRY
 
     first = {}
     for spec in REGISTRY:
@@ -337,7 +337,7 @@ def one_per_launch_kind(ecosystem: str) -> list[str]:
 
 def example_replicas(framework: str) -> int:
     """2 CPU replicas where the framework is distributed, else 1."""
-    from trainscale.registry import framework_spec
+    from trainscale.study.registry import framework_spec
 
     return 1 if framework_spec(framework).one_device else 2
 
@@ -346,8 +346,8 @@ def horovod_launcher(framework: str) -> list[str]:
     """horovodrun --gloo for a Horovod framework: the launcher the examples
     document, and here 6 s quicker to start than mpirun (tests/harness covers
     mpirun)."""
-    from trainscale.launch_kinds import HOROVOD
-    from trainscale.registry import framework_spec
+    from trainscale.study.launch_kinds import HOROVOD
+    from trainscale.study.registry import framework_spec
 
     return ["--horovod-launcher", "gloo"] if framework_spec(framework).launch is HOROVOD else []
 
@@ -388,8 +388,8 @@ def harness_framework(framework: str) -> str:
     workers (Ray Train's) run another framework's backend, which they
     subclass, and test_equivalence holds the two equal step for step; so the
     examples' comparison needs no second Ray start."""
-    from trainscale.registry import REGISTRY, framework_spec
-    from trainscale.training import backend_class
+    from trainscale.frameworks import backend_class
+    from trainscale.study.registry import REGISTRY, framework_spec
 
     spec = framework_spec(framework)
     if not spec.driver:
@@ -437,7 +437,7 @@ def check_a_torch_run(record, result, replicas):
     (tests/torch: test_frameworks.py, and test_ray_train.py for Ray's)."""
     import pytest
 
-    from trainscale.flops import KNOWN_TRAINABLE_PARAMETERS
+    from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS
 
     assert record["status"] == "ok" and record["source"] == "measured"
     assert record["replicas"] == record["processes"] == replicas
@@ -449,6 +449,6 @@ def check_a_torch_run(record, result, replicas):
     rate = record["images_per_sec"]["mean"]
     assert rate == pytest.approx(record["per_replica_images_per_sec"]["mean"] * replicas)
     assert record["training_flops_per_image"] > 0 and record["final_loss"] > 0
-    # Keras's count: the torch model is its twin (trainscale.predict reads it).
+    # Keras's count: the torch model is its twin (trainscale.analysis.predict reads it).
     assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("small_cnn", 32)]
     assert "images/sec total" in result.stdout

@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 mkdir -p "$demo_dir"
 if [ ! -d "$demo_dir/data/cifar-100-python" ]; then
   "$train_venv/bin/python" -c "
-from trainscale.data import generate_cifar100
+from trainscale.harness.data import generate_cifar100
 print('demo data:', generate_cifar100('$demo_dir/data', num_images=2048, seed=0))"
 fi
 
@@ -21,7 +21,7 @@ common=(--model vgg16 --image-size 32 --batch-size 32 --dataset cifar100
         --warmup-steps 2 --iterations 5 --steps-per-iteration 5)
 # One line per framework: its name, replicas, and its environment's config key.
 frameworks=$("$train_venv/bin/python" -c "
-from trainscale.registry import REGISTRY
+from trainscale.study.registry import REGISTRY
 for spec in REGISTRY:
     print(spec.name, 1 if spec.one_device else 2, spec.environment)")
 while read -r framework replicas environment; do

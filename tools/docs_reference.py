@@ -1,7 +1,7 @@
 """MkDocs hook: the reference pages, generated from the single declarations at
 build time (never committed), so they cannot drift from the code:
 
-- reference/settings.md   every setting (trainscale.setting declarations):
+- reference/settings.md   every setting (trainscale.core.setting declarations):
                           flag, type, default, bounds or choices, help, readers
 - reference/frameworks.md every registry entry: label, launch kind,
                           environment, knobs, limits, what it refuses
@@ -24,10 +24,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tools/ is 
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
 from trainscale.cli import build_parser  # noqa: E402
-from trainscale.registry import REGISTRY  # noqa: E402
-from trainscale.schema import config_schema  # noqa: E402
-from trainscale.setting import REQUIRED  # noqa: E402
-from trainscale.settings import OPTIONS, all_settings, readers  # noqa: E402
+from trainscale.core.setting import REQUIRED  # noqa: E402
+from trainscale.study.registry import REGISTRY  # noqa: E402
+from trainscale.study.schema import config_schema  # noqa: E402
+from trainscale.study.settings import OPTIONS, all_settings, readers  # noqa: E402
 
 GENERATED = "Generated from the declarations when the site is built; edit those, not this page."
 
@@ -101,7 +101,14 @@ def _refusal(spec) -> str:
 
 
 def frameworks_page() -> str:
-    lines = ["# Frameworks", "", GENERATED, "", "From `trainscale.registry`, in table order.", ""]
+    lines = [
+        "# Frameworks",
+        "",
+        GENERATED,
+        "",
+        "From `trainscale.study.registry`, in table order.",
+        "",
+    ]
     for spec in REGISTRY:
         knobs = ", ".join(f"`{k.name}`" for k in (*spec.launch.settings, *spec.knobs)) or "none"
         limits = "one device" if spec.one_device else "one node" if spec.one_node else "any nodes"

@@ -16,11 +16,13 @@ import sys
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
 
-from trainscale.registry import REGISTRY  # noqa: E402
+from trainscale.study.registry import REGISTRY  # noqa: E402
 
 
 def _path(module: str) -> str:
-    return os.path.join(SRC, *module.split(".")) + ".py"
+    """A module's file: its .py, or a package's __init__.py."""
+    base = os.path.join(SRC, *module.split("."))
+    return os.path.join(base, "__init__.py") if os.path.isdir(base) else base + ".py"
 
 
 def _module_level(tree: ast.Module):
@@ -41,16 +43,21 @@ def _imports(module: str) -> set[str]:
     for node in _module_level(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("trainscale.")}
-        elif isinstance(node, ast.ImportFrom) and node.module == "trainscale":
-            found |= {f"trainscale.{alias.name}" for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trainscale."):
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trainscale"):
+            # `from trainscale.core import records` imports a module too.
             found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    # A package's parents' __init__.py run too (trainscale.frameworks's).
+    found |= {".".join(n.split(".")[:i]) for n in found for i in range(2, n.count(".") + 1)}
     return {name for name in found if os.path.isfile(_path(name))}
 
 
 def harness_modules() -> list[str]:
-    roots = {"trainscale.__main__", "trainscale.cli", "trainscale.examples"}
-    roots |= {"trainscale.training", "trainscale.launch"}  # what `train` and `run` import
+    roots = {"trainscale.__main__", "trainscale.cli", "trainscale.launching.examples"}
+    roots |= {
+        "trainscale.harness.training",
+        "trainscale.launching.launch",
+    }  # what `train` and `run` import
     roots |= {spec.backend.partition(":")[0] for spec in REGISTRY}
     seen, todo = set(), sorted(roots)
     while todo:

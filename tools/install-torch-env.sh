@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the PyTorch training environment (.venv-torch): torch (CPU wheel by
 # default), Horovod 0.28.1 compiled against it with its torch extension, and
-# the trainscale harness. The torch frameworks (trainscale.registry) run from it.
+# the trainscale harness. The torch frameworks (trainscale.study.registry) run from it.
 #
 # Kept apart from .venv-train because torch and TensorFlow 2.15 pin different
 # things, and a Horovod build holds one framework's ABI.
@@ -85,6 +85,6 @@ fi
 
 # The harness itself, editable, and its test tools (as in .venv-train).
 "${pip[@]}" install --no-deps -e .
-"${pip[@]}" install "nvidia-ml-py==13.615.71"  # trainscale.gpu_monitor, as in the train env
+"${pip[@]}" install "nvidia-ml-py==13.615.71"  # trainscale.core.gpu_monitor, as in the train env
 "${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4"
 "$venv/bin/python" -c "import torch, horovod.torch, deepspeed, ray; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__, '| deepspeed', deepspeed.__version__, '| ray', ray.__version__)" 2>&1 | tail -1

@@ -16,9 +16,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from trainscale.records import atomic_write_json, record_head  # noqa: E402
-from trainscale.settings import RunSettings  # noqa: E402
-from trainscale.study import GridPoint, record_path  # noqa: E402
+from trainscale.core.records import atomic_write_json, record_head  # noqa: E402
+from trainscale.study.settings import RunSettings  # noqa: E402
+from trainscale.study.study import GridPoint, record_path  # noqa: E402
 
 PAPER = (
     "Raayai Ardakani, Performance Comparison and Code Refactoring Analysis of Distributed "

@@ -11,11 +11,11 @@ import dataclasses
 import os
 import sys
 
-from trainscale.launch_kinds import HOROVOD_LAUNCHER
-from trainscale.probe import TRANSPORTS, probe_parser, run_probe
-from trainscale.registry import FRAMEWORKS, framework_spec, missing_module
-from trainscale.setting import add_argument
-from trainscale.settings import (
+from trainscale.core.setting import add_argument
+from trainscale.network.probe import TRANSPORTS, probe_parser, run_probe
+from trainscale.study.launch_kinds import HOROVOD_LAUNCHER
+from trainscale.study.registry import FRAMEWORKS, framework_spec, missing_module
+from trainscale.study.settings import (
     OPTIONS,
     SETTING,
     RunOptions,
@@ -129,7 +129,7 @@ def _predict_parser(commands) -> None:
     )
     p.add_argument("throughput", help="a study's throughput.csv (results/STUDY/throughput.csv)")
     p.add_argument("--output-dir", default=".")
-    # Defaults (trainscale.predict, with pandas) are read only when predicting:
+    # Defaults (trainscale.analysis.predict, with pandas) are read only when predicting:
     # the harness's environments have no pandas.
     p.add_argument("--nodes", type=int, nargs="+", help="default: 1 2 4 ... 64")
     p.add_argument("--gpus-per-node", type=int, nargs="+", help="default: 4")
@@ -148,7 +148,7 @@ def _relabel_parser(commands) -> None:
 
 
 def _relabel(args) -> int:
-    from trainscale.study_folder import relabel_records
+    from trainscale.study.study_folder import relabel_records
 
     if not os.path.isdir(os.path.join(args.folder, "runs")):
         raise SettingsError(f"{args.folder}: no runs/ folder (give results/STUDY)")
@@ -163,8 +163,8 @@ def _relabel(args) -> int:
 
 
 def _predict(args) -> int:
-    from trainscale.predict import PREDICT_GPUS_PER_NODE, PREDICT_NODES
-    from trainscale.predict_report import write_predictions
+    from trainscale.analysis.predict import PREDICT_GPUS_PER_NODE, PREDICT_NODES
+    from trainscale.analysis.predict_report import write_predictions
 
     args.nodes = args.nodes or list(PREDICT_NODES)
     args.gpus_per_node = args.gpus_per_node or list(PREDICT_GPUS_PER_NODE)
@@ -178,8 +178,8 @@ def _predict(args) -> int:
 
 
 def _example(args) -> int:
-    from trainscale.examples import example_plan
-    from trainscale.launch import run_plan
+    from trainscale.launching.examples import example_plan
+    from trainscale.launching.launch import run_plan
 
     if args.replicas < 1:
         raise SettingsError("--replicas must be at least 1")
@@ -196,7 +196,7 @@ def _example(args) -> int:
 
 
 def _refactoring(args) -> int:
-    from trainscale.refactoring import write_refactoring
+    from trainscale.analysis.refactoring import write_refactoring
 
     for path in write_refactoring(args.frameworks, args.output_dir):
         print(path)
@@ -255,19 +255,10 @@ def _require(framework: str) -> None:
 EXIT_OOM = 3
 
 
-def mark_first_to_die() -> None:
-    """Make the kernel's OOM killer pick this training process before its
-    launcher, srun or mpirun, so they live to record `oom` (raising one's own
-    oom_score_adj needs no privilege)."""
-    try:
-        with open("/proc/self/oom_score_adj", "w") as handle:
-            handle.write("1000")
-    except OSError:
-        pass
-
-
 def _train(settings: RunSettings, options: RunOptions) -> int:
-    from trainscale.training import OutOfMemory, backend_class, train
+    from trainscale.core.supervision import mark_first_to_die
+    from trainscale.frameworks import backend_class
+    from trainscale.harness.training import OutOfMemory, train
 
     spec = framework_spec(settings.framework)
     # A driver (Ray's) is a launcher of its workers: they, not it, go first.
@@ -280,8 +271,9 @@ def _train(settings: RunSettings, options: RunOptions) -> int:
         if spec.driver:
             _drive(spec.driver, settings, options)
         else:
-            train(settings, options)
-            if not backend_class(settings.framework).finalizes_at_exit:
+            backend = backend_class(settings.framework)
+            train(settings, backend, options)
+            if not backend.finalizes_at_exit:
                 _exit_now(0)
     except (OutOfMemory, MemoryError) as err:
         # Running out of memory is a result of this grid point, not a crash.
@@ -309,8 +301,8 @@ def _drive(driver: str, settings: RunSettings, options: RunOptions) -> None:
     join the record the chief worker wrote."""
     import importlib
 
-    from trainscale.records import atomic_write_json, read_record
-    from trainscale.training import OutOfMemory
+    from trainscale.core.records import atomic_write_json, read_record
+    from trainscale.harness.training import OutOfMemory
 
     module, function = driver.split(":")
     try:
@@ -328,7 +320,7 @@ def _drive(driver: str, settings: RunSettings, options: RunOptions) -> None:
 
 def own_log_tail(lines: int = 30) -> str:
     """The last lines of the file this process's stderr goes to (the job's log), if any."""
-    from trainscale.records import log_tail
+    from trainscale.core.records import log_tail
 
     try:
         path = os.readlink("/proc/self/fd/2")
@@ -341,9 +333,9 @@ def own_log_tail(lines: int = 30) -> str:
 
 
 def _run(settings: RunSettings, options: RunOptions) -> int:
-    from trainscale.launch import launch
-    from trainscale.records import atomic_write_json, outcome_record, read_record
-    from trainscale.slurm import in_slurm_job, slurm_job_reason
+    from trainscale.core.records import atomic_write_json, outcome_record, read_record
+    from trainscale.core.slurm import in_slurm_job, slurm_job_reason
+    from trainscale.launching.launch import launch
 
     output = options.output or (
         f"trainscale-{settings.framework}-{settings.model}-n{settings.nodes}"

@@ -22,7 +22,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def cifar_dir(tmp_path_factory):
-    from trainscale.datasets import generate_cifar100
+    from trainscale.core.datasets import generate_cifar100
 
     root = tmp_path_factory.mktemp("cifar")
     generate_cifar100(str(root), num_images=256, seed=7)
@@ -51,7 +51,8 @@ def run(tmp_path, cifar_dir, *args):
         ["--framework", "tf-mirrored", "--gpus-per-node", "2"],
         ["--framework", "tf-multiworker", "--gpus-per-node", "2"],
         # Older Keras: AutoCastVariable cannot be broadcast as is, and
-        # LossScaleOptimizerV3 cannot list its variables (trainscale.frameworks).
+        # LossScaleOptimizerV3 cannot list its variables
+        # (trainscale.frameworks.tensorflow.strategies).
         [
             "--framework",
             "horovod",

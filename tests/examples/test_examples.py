@@ -27,7 +27,7 @@ FRAMEWORKS = example_frameworks()
 
 @pytest.fixture(scope="module")
 def archive_dir(tmp_path_factory):
-    from trainscale.datasets import generate_cifar100
+    from trainscale.core.datasets import generate_cifar100
 
     folder = str(tmp_path_factory.mktemp("archive"))
     generate_cifar100(folder, num_images=64, seed=3, archive=True)

@@ -18,14 +18,14 @@ from runs import make_mnist_dir
 CHECK = """
 import json, sys
 import numpy as np
-from trainscale.settings import RunOptions, RunSettings
-from trainscale.tf_backend import TensorFlowBackend
+from trainscale.study.settings import RunOptions, RunSettings
+from trainscale.frameworks import backend_class
 
 settings = RunSettings(
     framework="tf-mirrored", gpus_per_node=2, model="small_cnn", batch_size=8, image_size=16,
     dataset="mnist", data_dir=sys.argv[1], device="cpu", mode="accuracy", learning_rate=0.1,
 )
-backend = TensorFlowBackend(settings, RunOptions())
+backend = backend_class(settings.framework)(settings, RunOptions())
 backend.prepare()
 with backend.framework.scope():
     backend.optimizer.build(backend.model.trainable_variables)

@@ -79,7 +79,7 @@ def test_missing_data_dir(tmp_path):
 
 
 def test_a_bad_data_file_is_refused_in_one_line_before_any_process_starts(tmp_path):
-    from trainscale.datasets import write_dataset
+    from trainscale.core.datasets import write_dataset
 
     images = np.zeros((8, 28, 28, 1), np.uint8)
     write_dataset("mnist", str(tmp_path), {"train": (images, np.arange(8))})
@@ -179,13 +179,13 @@ def test_horovodrun_passes_every_rank_command_through_whole(monkeypatch):
 
     import horovod.runner.launch as horovodrun
 
-    from trainscale.launch_kinds import horovod_command
-    from trainscale.settings import RunSettings
+    from trainscale.study.launch_kinds import horovod_command
+    from trainscale.study.settings import RunSettings
 
     train = [sys.executable, "-m", "trainscale", "train"]
     train += RunSettings(framework="horovod", network="eth", system="a").to_cli_args()
     train += ["--output", "record.json"]
-    probe = [sys.executable, "-m", "trainscale.probe_ranks", "--transport", "horovod-gloo"]
+    probe = [sys.executable, "-m", "trainscale.network.probe_ranks", "--transport", "horovod-gloo"]
     probe += ["--largest-message-bytes", "64", "--repetitions", "3", "--device", "cpu"]
     probe += ["--output", "probe.json"]
     for command in (train, probe):

@@ -5,8 +5,8 @@ files are tests/workflow/test_datasets.py."""
 import numpy as np
 import pytest
 
-from trainscale.data import image_dataset, numpy_batches, prepare_images, shard_indices
-from trainscale.datasets import DATASETS
+from trainscale.core.datasets import DATASETS
+from trainscale.harness.data import image_dataset, numpy_batches, prepare_images, shard_indices
 
 
 @pytest.fixture()

@@ -35,4 +35,4 @@ def test_the_device_matrix_runs_each_cell_through_the_harness():
     for row in rows:
         assert row["status"] == "ok" and row["images_per_sec"] > 0, row
         assert row["device_name"] == cpu_model()
-        assert row["mfu"] is None  # a CPU's peak is not in trainscale.flops
+        assert row["mfu"] is None  # a CPU's peak is not in trainscale.harness.flops

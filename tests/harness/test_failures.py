@@ -18,7 +18,7 @@ from runs import (
     start_run,
 )
 
-from trainscale.supervision import OOM_SIGNS, ProcessTree, stop_all
+from trainscale.core.supervision import OOM_SIGNS, ProcessTree, stop_all
 
 # Its module fixture (the start-up measured once) is expensive: one pytest-xdist worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("harness-failures")]

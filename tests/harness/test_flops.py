@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainscale.flops import (
+from trainscale.harness.flops import (
     forward_flops_per_image,
     gpu_model,
     peak_tflops,

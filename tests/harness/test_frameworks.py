@@ -5,16 +5,32 @@ import socket
 import pytest
 from conftest import TINY, load_json, trainscale
 
-from trainscale.flops import KNOWN_TRAINABLE_PARAMETERS, forward_flops_per_image
+from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS, forward_flops_per_image
+from trainscale.study.launch_kinds import HOROVOD_LAUNCHER
+from trainscale.study.registry import REGISTRY
+from trainscale.study.settings import reads_setting
 
-CASES = [
-    # (framework, replicas, horovod launcher, processes)
-    ("tf-single", 1, "mpi", 1),
-    ("tf-mirrored", 2, "mpi", 1),
-    ("tf-multiworker", 2, "mpi", 2),
-    ("horovod", 2, "mpi", 2),
-    ("horovod", 2, "gloo", 2),
-]
+
+def _cases():
+    """(framework, replicas, horovod launcher, processes) for every TensorFlow
+    framework of the registry: 2 replicas (1 for a one-device one), and a
+    framework that reads --horovod-launcher under each launcher."""
+    cases = []
+    for spec in REGISTRY:
+        if spec.ecosystem != "tensorflow":
+            continue
+        replicas = 1 if spec.one_device else 2
+        processes = spec.launch.processes_per_node(replicas, "cpu")
+        launchers = (
+            HOROVOD_LAUNCHER.choices
+            if reads_setting(spec.name, HOROVOD_LAUNCHER.name)
+            else ("mpi",)
+        )
+        cases += [(spec.name, replicas, launcher, processes) for launcher in launchers]
+    return cases
+
+
+CASES = _cases()
 
 
 @pytest.mark.slow
@@ -82,7 +98,7 @@ def test_framework_run_writes_an_ok_record(
     # Achieved FLOP/s from the model's count; on a CPU no peak, so no MFU.
     flops = record["training_flops_per_image"]
     assert flops == 3 * forward_flops_per_image("small_cnn", 32, 100)
-    # What a gradient all-reduce moves (trainscale.predict reads it).
+    # What a gradient all-reduce moves (trainscale.analysis.predict reads it).
     assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("small_cnn", 32)]
     assert record["achieved_tflops"] == pytest.approx(rate["mean"] * flops / 1e12)
     assert record["mfu"] is None and record["peak_basis"].startswith("unknown")

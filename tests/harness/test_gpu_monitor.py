@@ -3,7 +3,7 @@ with NVIDIA's driver it samples the GPUs; without, it says why, in one line."""
 
 import time
 
-from trainscale.gpu_monitor import GpuMonitor, nvml_monitor
+from trainscale.core.gpu_monitor import GpuMonitor, nvml_monitor
 
 
 def test_nvml_samples_the_gpus_or_says_why_it_cannot():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from runs import load_json, trainscale
 
-from trainscale.probe_ranks import collective_sizes
+from trainscale.network.probe_ranks import collective_sizes
 
 LARGEST = 2**18
 

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from trainscale.records import SCHEMA_VERSION, atomic_write_json, read_record
+from trainscale.core.records import SCHEMA_VERSION, atomic_write_json, read_record
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path):
@@ -64,8 +64,8 @@ TIME_LIMIT = (
 def test_a_job_lost_without_a_record_is_recorded_from_its_logs(
     tmp_path, slurm_log, status, first_line
 ):
-    from trainscale.records import lost_job_record
-    from trainscale.settings import RunSettings
+    from trainscale.core.records import lost_job_record
+    from trainscale.study.settings import RunSettings
 
     settings = RunSettings(framework="horovod", nodes=2, batch_size=16, model="small_cnn")
     run_log = tmp_path / "n2g1r1.log"

@@ -3,7 +3,13 @@ import os
 
 import pytest
 
-from trainscale.settings import RunOptions, RunSettings, SettingsError, validate, with_global_batch
+from trainscale.study.settings import (
+    RunOptions,
+    RunSettings,
+    SettingsError,
+    validate,
+    with_global_batch,
+)
 
 
 def test_defaults_follow_the_paper_but_the_images_stay_native():
@@ -99,7 +105,7 @@ def test_validation_names_the_option(changes, message):
 
 
 def test_horovod_gloo_variables_from_slurm_task_variables():
-    from trainscale.slurm import horovod_env_from_slurm
+    from trainscale.core.slurm import horovod_env_from_slurm
 
     task = {
         "SLURM_PROCID": "3",
@@ -124,7 +130,7 @@ def test_horovod_gloo_variables_from_slurm_task_variables():
 
 
 def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
-    from trainscale.launch import process_plan
+    from trainscale.launching.launch import process_plan
 
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     s = RunSettings(framework="horovod", nodes=2, gpus_per_node=2, dataset="synthetic")
@@ -165,13 +171,13 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     ],
 )
 def test_slurm_durations(text, seconds):
-    from trainscale.slurm import parse_slurm_duration
+    from trainscale.core.slurm import parse_slurm_duration
 
     assert parse_slurm_duration(text) == seconds
 
 
 def test_a_cpu_rank_takes_its_share_of_the_cores_and_no_more_than_slurm_granted(monkeypatch):
-    from trainscale.settings import cpu_share
+    from trainscale.study.settings import cpu_share
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from trainscale.timing import BlockBudget, BlockTimes, mean_std
+from trainscale.core.timing import BlockBudget, BlockTimes, mean_std
 
 
 def test_totals_are_sums_over_processes_not_rank0_times_size():

@@ -19,7 +19,7 @@ from runs import (
     trainscale,
 )
 
-from trainscale.registry import REGISTRY
+from trainscale.study.registry import REGISTRY
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("torch-equivalence")

@@ -9,7 +9,7 @@ from runs import (
     watchdog_limit,
 )
 
-from trainscale.registry import framework_spec
+from trainscale.study.registry import framework_spec
 
 pytestmark = pytest.mark.slow
 

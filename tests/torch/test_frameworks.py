@@ -15,9 +15,9 @@ from runs import (
     trainscale,
 )
 
-from trainscale.launch_kinds import RAY
-from trainscale.registry import REGISTRY, framework_spec
-from trainscale.supervision import OOM_SIGNS
+from trainscale.core.supervision import OOM_SIGNS
+from trainscale.study.launch_kinds import RAY
+from trainscale.study.registry import REGISTRY, framework_spec
 
 TORCH_FRAMEWORKS = [spec.name for spec in REGISTRY if spec.ecosystem == "torch"]
 # ray-train's run of this shape is test_ray_train.py's, which asserts all of
@@ -171,7 +171,7 @@ def test_the_tensorflow_environment_refuses_horovod_torch(tensorflow_python):
 def test_the_registry_names_each_torch_frameworks_backend():
     import importlib
 
-    from trainscale.backend import Backend
+    from trainscale.harness.backend import Backend
 
     for name in TORCH_FRAMEWORKS:
         module, _, cls = framework_spec(name).backend.partition(":")

@@ -16,9 +16,9 @@ import subprocess
 import pytest
 import torch
 
-from trainscale.settings import MODELS, TORCH_MODELS, RunSettings, SettingsError, validate
-from trainscale.torch_backend import torch_forward_flops_per_image
-from trainscale.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_backend import torch_forward_flops_per_image
+from trainscale.harness.torch_models import build_torch_model
+from trainscale.study.settings import MODELS, TORCH_MODELS, RunSettings, SettingsError, validate
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("keras-counts")
@@ -29,8 +29,8 @@ _KERAS_COUNTS = """
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
-from trainscale.flops import forward_flops_per_image
-from trainscale.models import build_model
+from trainscale.harness.flops import forward_flops_per_image
+from trainscale.harness.models import build_model
 
 counts = {}
 for name in sys.argv[1].split(","):

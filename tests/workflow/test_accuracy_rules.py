@@ -1,11 +1,11 @@
-"""The definitions of time-to-accuracy (trainscale.accuracy), on synthetic curves."""
+"""The definitions of time-to-accuracy (trainscale.core.accuracy), on synthetic curves."""
 
 import math
 
 import numpy as np
 import pytest
 
-from trainscale.accuracy import (
+from trainscale.core.accuracy import (
     cell_time_to_target,
     evaluation_shard,
     learning_rate,

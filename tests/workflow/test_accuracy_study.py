@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import copy_repository, local_study, snakemake
 
-from trainscale.accuracy import learning_rate, time_to_target
+from trainscale.core.accuracy import learning_rate, time_to_target
 
 pytestmark = pytest.mark.xdist_group("accuracy-study")
 

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from trainscale.rendering import display_frame, to_latex, to_markdown
-from trainscale.tables import reference_table, table1, table2
-from trainscale.tidy import CollectError, add_scaling, collect, combine_repeats
+from trainscale.analysis.rendering import display_frame, to_latex, to_markdown
+from trainscale.analysis.tables import reference_table, table1, table2
+from trainscale.analysis.tidy import CollectError, add_scaling, collect, combine_repeats
 
 
 def row(

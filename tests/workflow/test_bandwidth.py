@@ -1,9 +1,9 @@
-"""The network probe's definitions (trainscale.bandwidth) on synthetic timings:
+"""The network probe's definitions (trainscale.network.bandwidth) on synthetic timings:
 NetPIPE's size sweep, ping-pong latency and bandwidth, nccl-tests' bus bandwidth."""
 
 import pytest
 
-from trainscale.bandwidth import bus_factor, collective_bandwidths, message_sizes, ping_pong
+from trainscale.network.bandwidth import bus_factor, collective_bandwidths, message_sizes, ping_pong
 
 
 def test_the_sweep_is_netpipes_powers_of_two_and_their_neighbours():

@@ -7,8 +7,8 @@ import pytest
 import yaml
 from conftest import CACHED_STUDIES, REPO, snakemake, train_jobs
 
-from trainscale.schema import check_schema, config_schema, validate_config
-from trainscale.study import (
+from trainscale.study.schema import check_schema, config_schema, validate_config
+from trainscale.study.study import (
     ConfigError,
     check_config,
     environment_prefix,
@@ -81,8 +81,8 @@ def test_every_knob_is_an_axis_of_the_grid_and_of_a_constraint():
 
 
 def test_a_study_that_leaves_settings_out_measures_their_defaults():
-    from trainscale.settings import RunSettings
-    from trainscale.study import run_settings
+    from trainscale.study.settings import RunSettings
+    from trainscale.study.study import run_settings
 
     config = validate_config(base(), SCHEMA)
     point = check_config(config, root=REPO)[0]

@@ -1,6 +1,6 @@
 """The data-set readers, on small files the tests write in each release's real format.
 
-Every data set with files (trainscale.datasets.DATASETS) is read back in both
+Every data set with files (trainscale.core.datasets.DATASETS) is read back in both
 of its forms and both splits; each kind of bad file is refused in one line
 naming the file. NumPy only: these run in the analysis environment.
 """
@@ -14,7 +14,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from trainscale.datasets import (
+from trainscale.core.datasets import (
     DATASETS,
     DataError,
     load_dataset,

@@ -20,14 +20,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
-from trainscale.figures import write_figures  # noqa: E402
-from trainscale.predict_report import write_predictions  # noqa: E402
-from trainscale.records import is_record_name  # noqa: E402
-from trainscale.refactoring import write_refactoring  # noqa: E402
-from trainscale.registry import REGISTRY, table_order  # noqa: E402
-from trainscale.schema import config_schema, validate_config  # noqa: E402
-from trainscale.study import check_config, run_settings  # noqa: E402
-from trainscale.tidy import COLUMNS, add_scaling, collect  # noqa: E402
+from trainscale.analysis.figures import write_figures  # noqa: E402
+from trainscale.analysis.predict_report import write_predictions  # noqa: E402
+from trainscale.analysis.refactoring import write_refactoring  # noqa: E402
+from trainscale.analysis.tidy import COLUMNS, add_scaling, collect  # noqa: E402
+from trainscale.core.records import is_record_name  # noqa: E402
+from trainscale.study.registry import REGISTRY, table_order  # noqa: E402
+from trainscale.study.schema import config_schema, validate_config  # noqa: E402
+from trainscale.study.study import check_config, run_settings  # noqa: E402
 
 SCHEMA = config_schema(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml"))
 # Longest first: "Horovod (PyTorch)" before "Horovod".

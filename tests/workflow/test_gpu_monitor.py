@@ -1,4 +1,4 @@
-"""The GPU monitor's sampling thread and how it sums up (trainscale.gpu_monitor).
+"""The GPU monitor's sampling thread and how it sums up (trainscale.core.gpu_monitor).
 
 The NVML side runs only where a GPU is (tests/harness/test_gpu_monitor.py
 checks what it says here); what is computed from the samples is checked on
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from trainscale.gpu_monitor import GpuMonitor, combine, visible_gpus
+from trainscale.core.gpu_monitor import GpuMonitor, combine, visible_gpus
 
 
 def test_samples_in_a_thread_until_stopped_and_sums_up_mean_and_peak():

@@ -5,7 +5,7 @@ import os
 import pytest
 from conftest import REPO, load_yaml
 
-from trainscale.study import (
+from trainscale.study.study import (
     ConfigError,
     GridPoint,
     check_config,
@@ -129,7 +129,7 @@ def test_job_shapes(framework, device, expected):
     ],
 )
 def test_slurm_resources_in_the_plugins_terms(framework, nodes, gpn, expected):
-    from trainscale.study import slurm_resources
+    from trainscale.study.study import slurm_resources
 
     config = {
         "benchmark": {"dataset": "synthetic", "image_size": 32, "device": "gpu"},

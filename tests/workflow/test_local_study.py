@@ -15,8 +15,8 @@ import yaml
 from conftest import copy_repository, local_study, snakemake, start_snakemake, train_jobs
 from runs import one_per_launch_kind
 
-from trainscale.records import is_record_name
-from trainscale.registry import framework_spec, label
+from trainscale.core.records import is_record_name
+from trainscale.study.registry import framework_spec, label
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("local-study")

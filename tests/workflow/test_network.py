@@ -1,5 +1,5 @@
 """The network as a study's axis and its probes as jobs: which probes a study
-runs, with which environment, on which nodes (trainscale.probe, the `probe`
+runs, with which environment, on which nodes (trainscale.network.probe, the `probe`
 and `network` rules). The probe's ranks run for real in tests/torch/test_probe.py
 and on the SLURM lab's shaped link in tests/workflow/test_slurm.py."""
 
@@ -10,8 +10,8 @@ import re
 import pytest
 from conftest import REPO, load_yaml, snakemake
 
-from trainscale.probe import ProbeJob, probe_point, study_probes
-from trainscale.study import check_config, network_environment, run_settings, slurm_resources
+from trainscale.network.probe import ProbeJob, probe_point, study_probes
+from trainscale.study.study import check_config, network_environment, run_settings, slurm_resources
 
 
 def seed002():
@@ -122,7 +122,7 @@ def test_the_network_table_and_figure_from_probe_records(tmp_path):
 
     import pandas as pd
 
-    from trainscale.network_report import write_network
+    from trainscale.analysis.network_report import write_network
 
     paths = []
     for network, link, gbit in (("eth", "inter-node", 0.2), ("", "intra-node", 5.0)):

@@ -1,4 +1,4 @@
-"""The step model (trainscale.predict) recovers known parameters from records
+"""The step model (trainscale.analysis.predict) recovers known parameters from records
 made with them, and needs neither TensorFlow nor torch. On the published
 study (held-out cells of seed 000's Table II): tests/workflow/test_published.py."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, load_yaml
 
-from trainscale.predict import (
+from trainscale.analysis.predict import (
     PREDICT_GPUS_PER_NODE,
     PREDICT_NODES,
     Cell,
@@ -118,7 +118,7 @@ def test_predict_needs_neither_tensorflow_nor_torch(tmp_path):
     published = os.path.join(REPO, "results", "published", "runs")
     script = (
         "import glob, sys\n"
-        "from trainscale.tidy import collect\n"
+        "from trainscale.analysis.tidy import collect\n"
         f"paths = sorted(glob.glob('{published}/*/*/*/*.json'))\n"
         f"collect('published', paths).to_csv('{tmp_path}/throughput.csv', index=False)\n"
         "from trainscale.cli import main\n"

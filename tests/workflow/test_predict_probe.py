@@ -1,4 +1,4 @@
-"""The step model beside the network probe (trainscale.predict_probe), on
+"""The step model beside the network probe (trainscale.analysis.predict_probe), on
 series made from known parameters and probe records made from a known link.
 On the SLURM lab's shaped network: tests/workflow/test_slurm.py."""
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trainscale.predict import Cell, Series, StepModel, fit_step_model
-from trainscale.predict_probe import (
+from trainscale.analysis.predict import Cell, Series, StepModel, fit_step_model
+from trainscale.analysis.predict_probe import (
     link_split,
     probe_row,
     probe_table,

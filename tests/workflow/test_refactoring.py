@@ -1,4 +1,4 @@
-"""The refactoring analysis (trainscale.refactoring) on the real examples, and
+"""The refactoring analysis (trainscale.analysis.refactoring) on the real examples, and
 its parts on small scripts whose answer is known.
 
 The examples themselves run, and train as the harness does, in
@@ -12,8 +12,7 @@ import sys
 import pandas as pd
 import pytest
 
-from trainscale.examples import EXAMPLES_DIR, example_path, user_launch
-from trainscale.refactoring import (
+from trainscale.analysis.refactoring import (
     CONCEPTS,
     api_names,
     code_lines,
@@ -25,7 +24,8 @@ from trainscale.refactoring import (
     stand_in_free,
     write_refactoring,
 )
-from trainscale.registry import FRAMEWORKS, REGISTRY, base_of, framework_spec
+from trainscale.launching.examples import EXAMPLES_DIR, example_path, user_launch
+from trainscale.study.registry import FRAMEWORKS, REGISTRY, base_of, framework_spec
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

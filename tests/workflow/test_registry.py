@@ -1,5 +1,5 @@
-"""One framework registry that everything else reads (trainscale.registry), and
-settings declared once (trainscale.setting): what a new framework or knob
+"""One framework registry that everything else reads (trainscale.study.registry), and
+settings declared once (trainscale.core.setting): what a new framework or knob
 touches, checked."""
 
 import os
@@ -10,11 +10,11 @@ import pytest
 from conftest import REPO
 from test_analysis import row
 
-from trainscale import settings
-from trainscale.registry import FRAMEWORKS, REGISTRY, framework_spec, label, table_order
-from trainscale.settings import RunSettings, SettingsError, validate
-from trainscale.tables import cross_ecosystem_table, efficiency_table
-from trainscale.tidy import combine_repeats, series_order
+from trainscale.analysis.tables import cross_ecosystem_table, efficiency_table
+from trainscale.analysis.tidy import combine_repeats, series_order
+from trainscale.study import settings
+from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec, label, table_order
+from trainscale.study.settings import RunSettings, SettingsError, validate
 
 # The source a knob may be named in (tests, docs and study configs aside).
 SOURCE = ["src", "workflow", "Snakefile", "bench", "tools", "Makefile"]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, load_yaml, snakemake, train_jobs
 
-from trainscale.study import check_config
+from trainscale.study.study import check_config
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("seed004")

@@ -20,8 +20,8 @@ import yaml
 from conftest import REPO, copy_repository, snakemake, start_snakemake, train_jobs
 from runs import show_in_the_log
 
-from trainscale.records import is_record_name
-from trainscale.registry import REGISTRY, framework_spec
+from trainscale.core.records import is_record_name
+from trainscale.study.registry import REGISTRY, framework_spec
 
 LAB = os.path.join(REPO, "tests", "slurm-lab", "lab.sh")
 # One lab on this machine: its tests run one after the other (pytest-xdist).

@@ -1,5 +1,5 @@
 """A study's folder: the saved config keeps explaining every record, cached studies are
-read-only, and no saved config is ever lost (trainscale.study_folder)."""
+read-only, and no saved config is ever lost (trainscale.study.study_folder)."""
 
 import copy
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, load_yaml
 
-from trainscale.settings import RunSettings
-from trainscale.study import ConfigError, expand_grid, record_path
-from trainscale.study_folder import (
+from trainscale.study.settings import RunSettings
+from trainscale.study.study import ConfigError, expand_grid, record_path
+from trainscale.study.study_folder import (
     HISTORY,
     StudyFolder,
     check_study_folder,
@@ -211,13 +211,13 @@ def test_relabel_moves_records_and_logs_to_the_paths_of_what_they_measured(tmp_p
         assert (folder / (new or old)).exists() and (new is None or not (folder / old).exists())
         log = (new or old).replace("runs/", "logs/train/", 1)[:-5] + ".log"
         assert (folder / log).read_text() == "log"
-    from trainscale.study_folder import mislabelled_records
+    from trainscale.study.study_folder import mislabelled_records
 
     assert mislabelled_records(str(folder)) == []
 
 
 def test_relabel_keeps_a_record_whose_new_path_is_taken(tmp_path):
-    from trainscale.study_folder import relabel_records
+    from trainscale.study.study_folder import relabel_records
 
     folder = old_layout_folder(tmp_path)
     # zero_stage: [0, 3] once moved TensorFlow's runs to zero_stage=0/: two of one run.

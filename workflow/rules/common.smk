@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 
 from snakemake.exceptions import WorkflowError
 
-from trainscale.study import (
+from trainscale.study.study import (
     RECORD_PATTERN,
     ConfigError,
     GridPoint,
@@ -27,21 +27,22 @@ from trainscale.study import (
     slurm_resources,
     train_arguments,
 )
-from trainscale.schema import config_schema, validate_config
-from trainscale.registry import FRAMEWORKS, base_of, framework_spec, table_order
-from trainscale.records import is_record_name
-from trainscale.probe import (
+from trainscale.study.schema import config_schema, validate_config
+from trainscale.study.registry import FRAMEWORKS, base_of, framework_spec, table_order
+from trainscale.core.records import is_record_name
+from trainscale.network.probe import (
     PROBE_PATTERN,
     TRANSPORTS,
     ProbeJob,
     probe_point,
     study_probes,
 )
-from trainscale.study_folder import (
+from trainscale.analysis import outputs
+from trainscale.study import workflow_hooks
+from trainscale.study.study_folder import (
     check_study_folder,
     is_cache,
     mislabelled_records,
-    save_study_config,
 )
 
 # A study of cached records (the published ones) may name frameworks trainscale
@@ -79,7 +80,7 @@ RESULTS = f"results/{STUDY}"
 try:
     POINTS = check_config(config, root=".", cached=CACHED)
     # The saved config must go on explaining every record of the study
-    # (trainscale.study_folder): refused here, before anything runs.
+    # (trainscale.study.study_folder): refused here, before anything runs.
     FOLDER = check_study_folder(config, POINTS, saved_config(f"{RESULTS}/config.yaml"))
 except ConfigError as err:
     raise WorkflowError(f"Invalid study configuration: {err}") from None
@@ -150,7 +151,7 @@ def _one_of(values):
     return "(?:" + "|".join(re.escape(str(value)) for value in sorted(values)) + ")"
 
 
-# The network probes this study runs (config `probe`; trainscale.probe).
+# The network probes this study runs (config `probe`; trainscale.network.probe).
 PROBES = study_probes(config, POINTS) if not FOLDER.read_only else []
 
 
@@ -286,14 +287,14 @@ def probe_files():
 
 
 def network_table_files():
-    return [f"{RESULTS}/tables/network.{ext}" for ext in ("csv", "md", "tex")]
+    return outputs.table_files(RESULTS, [outputs.NETWORK])
 
 
 def network_outputs():
     """The probes, and the table and figure made of them (none without probes)."""
     if not PROBES:
         return []
-    figures = [f"{RESULTS}/figures/network.{ext}" for ext in ("png", "pdf")]
+    figures = outputs.figure_files(RESULTS, [outputs.NETWORK])
     return [*probe_files(), *network_table_files(), *figures]
 
 
@@ -324,18 +325,9 @@ def reference_record_files():
     )
 
 
-TABLES = ["table1", "table2", "efficiency", "cross_ecosystem"] + (
-    ["vs_reference"] if REFERENCE else []
-)
-FIGURES = [
-    "weak_scaling_hosts",
-    "weak_scaling_gpus",
-    "efficiency",
-    "frameworks",
-    "mfu",
-    "memory",
-    "refactoring_tradeoff",
-] + (["vs_reference"] if REFERENCE else [])
+# The file names of every table and figure: trainscale.analysis.outputs.
+TABLES = outputs.study_tables(bool(REFERENCE))
+FIGURES = outputs.study_figures(bool(REFERENCE))
 
 # The refactoring analysis: the study's frameworks and each one's
 # single-device base (what its example changes), in table order. Only
@@ -355,34 +347,34 @@ def example_files():
 
 def refactoring_files():
     """refactoring.{csv,md,tex}, and a side-by-side diff per framework that is not a base."""
-    tables = [f"{RESULTS}/tables/refactoring.{ext}" for ext in ("csv", "md", "tex")]
-    diffs = [f"{RESULTS}/refactoring/{f}.html" for f in REFACTORED if base_of(f) != f]
+    tables = outputs.table_files(RESULTS, [outputs.REFACTORING])
+    diffs = [
+        f"{RESULTS}/{outputs.REFACTORING}/{f}.html"
+        for f in REFACTORED
+        if base_of(f) != f
+    ]
     return tables, diffs
 
 
-PREDICTED_TABLES = ["predicted", "predicted_parameters", "predicted_holdout"]
-
-
 def probe_comparison_files():
-    return [
-        f"{RESULTS}/tables/predicted_vs_probe.{ext}" for ext in ("csv", "md", "tex")
-    ]
+    return outputs.table_files(RESULTS, [outputs.PREDICTED_VS_PROBE])
 
 
 def predicted_table_files():
-    return [
-        f"{RESULTS}/tables/{t}.{ext}"
-        for t in PREDICTED_TABLES
-        for ext in ("csv", "md", "tex")
-    ]
+    return outputs.table_files(RESULTS, outputs.PREDICTED_TABLES)
 
 
-def table_files(extensions=("csv", "md", "tex")):
-    return [f"{RESULTS}/tables/{t}.{ext}" for t in TABLES for ext in extensions]
+def figure_file(name, ext):
+    """One figure's file: results/{study}/figures/NAME.EXT."""
+    return outputs.figure_files(RESULTS, [name], (ext,))[0]
 
 
-def figure_files(extensions=("png", "pdf")):
-    return [f"{RESULTS}/figures/{f}.{ext}" for f in FIGURES for ext in extensions]
+def table_files():
+    return outputs.table_files(RESULTS, TABLES)
+
+
+def figure_files(formats=outputs.FIGURE_FORMATS):
+    return outputs.figure_files(RESULTS, FIGURES, formats)
 
 
 ACCURACY = config["benchmark"]["mode"] == "accuracy"
@@ -392,12 +384,8 @@ def accuracy_files():
     """(tables, figures) of an accuracy study; none for a throughput study."""
     if not ACCURACY:
         return [], []
-    tables = [
-        f"{RESULTS}/tables/{t}.{ext}"
-        for t in ("accuracy", "ranks")
-        for ext in ("csv", "md", "tex")
-    ]
-    return tables, [f"{RESULTS}/figures/accuracy.{ext}" for ext in ("png", "pdf")]
+    tables = outputs.table_files(RESULTS, [outputs.ACCURACY, outputs.RANKS])
+    return tables, outputs.figure_files(RESULTS, [outputs.ACCURACY])
 
 
 def all_outputs():
@@ -413,8 +401,8 @@ def all_outputs():
         *refactoring_files()[1],
         *predicted_table_files(),
         *probe_comparison_files(),
-        f"{RESULTS}/figures/predicted.png",
-        f"{RESULTS}/figures/predicted.pdf",
+        figure_file(outputs.PREDICTED, "png"),
+        figure_file(outputs.PREDICTED, "pdf"),
         *figure_files(),
         *accuracy_files()[0],
         *accuracy_files()[1],
@@ -422,85 +410,18 @@ def all_outputs():
     ]
 
 
-def refuse_a_real_run():
-    """onstart (real runs only): what a dry run only warns of."""
-    if REFUSALS:
-        raise WorkflowError(f"Invalid study configuration: {REFUSALS[0]}")
-
-
-def write_study_config():
-    """onstart: results/{study}/config.yaml = the union of the grids this study
-    has run (checked at parse time); the version it replaces goes to
-    config.history/. Never in a read-only (cached) study."""
+def on_start():
+    """onstart (real runs only): refuse what a dry run warned of; save the config."""
     from snakemake.logging import logger
 
-    if FOLDER.config_to_save is None:
-        return
-    text = yaml.safe_dump(FOLDER.config_to_save, sort_keys=False)
-    kept = save_study_config(RESULTS, text)
-    if kept:
-        logger.info(
-            f"trainscale: {RESULTS}/config.yaml extended; the previous one is {kept}"
-        )
+    try:
+        workflow_hooks.on_start(REFUSALS, FOLDER, RESULTS, logger)
+    except workflow_hooks.RunRefused as refused:
+        raise WorkflowError(f"Invalid study configuration: {refused}") from None
 
 
-def last_slurm_log(job):
-    """The SLURM log of a job's last attempt (a list of none or one), where the
-    SLURM plugin keeps them: .snakemake/slurm_logs/rule_<rule>/<wildcard values
-    joined by _>/<SLURM job id>.log, one per attempt.
-    """
-    folder = os.path.join(
-        ".snakemake",
-        "slurm_logs",
-        f"rule_{job.rule.name}",
-        "_".join(job.wildcards).replace(os.sep, "_"),
-    )
-    if not os.path.isdir(folder):
-        return []
-    logs = [
-        os.path.join(folder, name)
-        for name in os.listdir(folder)
-        if name.endswith(".log")
-    ]
-    return [max(logs, key=os.path.getmtime)] if logs else []
-
-
-def record_lost_train_jobs():
-    """onerror: a record (`failed`, or `timeout` at SLURM's time limit) for each
-    train job that ended on its last attempt without writing one (SLURM ended
-    it, or its launcher was killed).
-
-    The run records every failure it sees itself; these are the ones Snakemake
-    saw instead, and it deletes a failed job's output. Only jobs whose retries
-    are spent count: Snakemake's scheduler keeps exactly those in `failed`; jobs
-    it cancelled on Ctrl-C are not there and stay unrecorded (rerun them with
-    --rerun-incomplete). The next run builds the tables with FAILED there.
-    """
+def on_error():
+    """onerror: a record for each train job lost on its last attempt."""
     from snakemake.logging import logger
-    from trainscale.records import atomic_write_json, lost_job_record
 
-    failed = getattr(getattr(workflow, "scheduler", None), "failed", None)
-    if failed is None:
-        logger.warning(
-            "trainscale: this Snakemake does not say which jobs failed; "
-            "train jobs that failed on their last attempt have no record"
-        )
-        return
-    written = []
-    for job in failed:
-        if job.rule.name != "train" or os.path.exists(job.output.record):
-            continue
-        settings = run_settings(config, point_of(job.wildcards))
-        logs = [*job.log, *last_slurm_log(job)]
-        time_limit_seconds = slurm(job.wildcards, job.attempt)["runtime"] * 60
-        record = lost_job_record(settings, logs, time_limit_seconds)
-        atomic_write_json(job.output.record, record)
-        written.append(job.output.record)
-    if written:
-        logger.error(
-            f"trainscale: {len(written)} grid point(s) failed on their last attempt; "
-            "recorded from their logs (the tables will show FAILED or TIMEOUT): "
-            + ", ".join(written)
-            + ". Run the same command again to build the tables; to retry those "
-            "points instead, delete their records."
-        )
+    workflow_hooks.on_error(workflow, config, logger)

@@ -7,7 +7,7 @@ rule figures:
     input:
         tidy=f"{RESULTS}/throughput.csv",
         reference=reference_record_files(),
-        refactoring=f"{RESULTS}/tables/refactoring.csv",
+        refactoring=f"{RESULTS}/tables/{outputs.REFACTORING}.csv",
     output:
         figures=[
             report(path, category="Figures", caption="../report/figures.rst")
@@ -19,7 +19,7 @@ rule figures:
     localrule: True
     conda:
         "../../envs/analysis.yaml"
-    # Figures are drawn side by side, one process each (trainscale.figures).
+    # Figures are drawn side by side, one process each (trainscale.analysis.figures).
     threads: 2
     params:
         reference=REFERENCE,

@@ -48,11 +48,11 @@ rule network:
             for path in network_table_files()
         ],
         figure=report(
-            f"{RESULTS}/figures/network.png",
+            figure_file(outputs.NETWORK, "png"),
             category="Figures",
             caption="../report/network.rst",
         ),
-        pdf=f"{RESULTS}/figures/network.pdf",
+        pdf=figure_file(outputs.NETWORK, "pdf"),
     log:
         f"{RESULTS}/logs/network.log",
     localrule: True

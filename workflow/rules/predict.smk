@@ -1,6 +1,6 @@
 # Scaling past the measured cells: a step model fitted to the study's records,
 # its predictions for the config's `predict` grid, its parameters, and its
-# error on the larger cells when fitted on the smaller ones (trainscale.predict).
+# error on the larger cells when fitted on the smaller ones (trainscale.analysis.predict).
 
 
 rule predict:
@@ -14,11 +14,11 @@ rule predict:
             for path in predicted_table_files()
         ],
         figure=report(
-            f"{RESULTS}/figures/predicted.png",
+            figure_file(outputs.PREDICTED, "png"),
             category="Figures",
             caption="../report/predicted.rst",
         ),
-        pdf=f"{RESULTS}/figures/predicted.pdf",
+        pdf=figure_file(outputs.PREDICTED, "pdf"),
     log:
         f"{RESULTS}/logs/predict.log",
     localrule: True
@@ -34,7 +34,7 @@ rule predict:
 
 
 # The fitted inter-node link beside the network probe's, where the study ran
-# one (trainscale.predict_probe); a study without probes says so.
+# one (trainscale.analysis.predict_probe); a study without probes says so.
 rule predict_vs_probe:
     input:
         tidy=f"{RESULTS}/throughput.csv",

@@ -17,7 +17,7 @@ rule train:
         TRAIN_CONTAINER
     threads: lambda wildcards: int(wildcards.gpus_per_node)
     resources:
-        # The job's SLURM shape (see trainscale.study.slurm_resources); the
+        # The job's SLURM shape (see trainscale.study.study.slurm_resources); the
         # local executor reads none of these but benchmark_slots.
         nodes=lambda wildcards: slurm(wildcards)["nodes"],
         tasks=lambda wildcards: slurm(wildcards)["tasks"],

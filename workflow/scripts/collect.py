@@ -3,7 +3,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 sys.stdout = sys.stderr
 
-from trainscale.tidy import write_throughput
+from trainscale.analysis.tidy import write_throughput
 
 write_throughput(
     snakemake.params.study,

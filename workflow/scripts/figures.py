@@ -3,7 +3,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 sys.stdout = sys.stderr
 
-from trainscale.figures import write_figures
+from trainscale.analysis.figures import write_figures
 
 write_figures(
     snakemake.input.tidy,

@@ -3,7 +3,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from trainscale.datasets import generate_cifar100
+from trainscale.core.datasets import generate_cifar100
 
 generate_cifar100(
     os.path.dirname(snakemake.output.archive),

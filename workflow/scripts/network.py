@@ -3,7 +3,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 sys.stdout = sys.stderr
 
-from trainscale.network_report import write_network
+from trainscale.analysis.network_report import write_network
 
 write_network(
     list(snakemake.input.probes),

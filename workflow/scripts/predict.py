@@ -3,7 +3,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 sys.stdout = sys.stderr
 
-from trainscale.predict_report import write_predictions
+from trainscale.analysis.predict_report import write_predictions
 
 write_predictions(
     snakemake.input.tidy,

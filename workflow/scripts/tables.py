@@ -3,7 +3,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 sys.stdout = sys.stderr
 
-from trainscale.tables import write_tables
+from trainscale.analysis.tables import write_tables
 
 write_tables(
     snakemake.input.tidy,

@@ -3,6 +3,6 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w")
 
-from trainscale.datasets import write_digits
+from trainscale.core.datasets import write_digits
 
 write_digits(os.path.dirname(snakemake.output[0]))

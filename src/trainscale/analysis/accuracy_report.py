@@ -1,0 +1,225 @@
+"""An accuracy study's tables and figure, from its run records. pandas, no
+TensorFlow, no torch. The definitions (the clock, a cell's time-to-target over
+its repeats) are trainscale.core.accuracy's.
+
+- accuracy.csv: one row per run (final test accuracy and loss, time and
+  epochs to the target, training images/sec); curves.csv: one row per epoch
+  of every run.
+- tables/accuracy: per framework and GPU count, final accuracy, time-to-target
+  with how many runs reached it, epochs-to-target, images/sec while training.
+- tables/ranks: per GPU count, each framework's rank by images/sec beside its
+  rank by time-to-target ("faster per step is not always faster to the target").
+- figures/accuracy: test accuracy against wall time, one line per framework
+  and GPU count, the target as a dashed line.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from trainscale.analysis.outputs import ACCURACY, FIGURE_FORMATS, RANKS
+from trainscale.analysis.rendering import write_table
+from trainscale.analysis.tidy import add_series, record_row, series_label, series_order
+from trainscale.core.accuracy import cell_time_to_target
+from trainscale.core.records import read_record
+
+CELL = ["model", "dataset", "image_size", "batch_size", "panel_knobs", "series", "gpus"]
+
+
+def run_row(study: str, path: str) -> dict:
+    """tidy's row of the run, and what an accuracy run adds to it."""
+    record = read_record(path)
+    accuracy = (
+        "final_test_accuracy", "final_test_loss", "target_accuracy", "time_to_target_seconds",
+        "epochs_to_target", "epochs_run", "training_seconds", "peak_learning_rate",
+        "global_batch_size",
+    )  # fmt: skip
+    return {**record_row(study, path), **{key: record.get(key) for key in accuracy}}
+
+
+def curve_rows(path: str, run: dict) -> list[dict]:
+    keys = ("framework", "knobs", "gpus", "repeat", "model", "batch_size")
+    return [{**{k: run[k] for k in keys}, **point} for point in read_record(path).get("curve", [])]
+
+
+def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: its runs' accuracy, time-to-target (MLPerf's rule) and rate."""
+    rows = []
+    ok = runs[runs["status"] == "ok"]
+    for cell, group in ok.groupby(CELL, sort=False):
+        times = [None if pd.isna(t) else float(t) for t in group["time_to_target_seconds"]]
+        time = cell_time_to_target(times)
+        accuracy = group["final_test_accuracy"].astype(float)
+        rates = group["images_per_sec_mean"].astype(float)
+        # One run has no spread: its cell shows the number alone.
+        spread = len(group) > 1
+        rows.append(
+            {
+                **dict(zip(CELL, cell, strict=True)),
+                "framework": series_label(cell[CELL.index("series")]),
+                "final_accuracy_mean": accuracy.mean(),
+                "final_accuracy_std": accuracy.std(ddof=1) if spread else np.nan,
+                "time_to_target_mean": time["mean"],
+                "time_to_target_std": time["std"] if spread else np.nan,
+                # Published runs may have had no target (seed 004).
+                "reached": f"{time['reached']}/{time['runs']}"
+                if (group["target_accuracy"].fillna(0) > 0).any()
+                else "no target",
+                "epochs_to_target": group["epochs_to_target"].astype(float).mean(),
+                "training_seconds": group["training_seconds"].astype(float).mean(),
+                "images_per_sec_mean": rates.mean(),
+                "images_per_sec_std": rates.std(ddof=1) if spread else np.nan,
+            }
+        )
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    table["order"] = [series_order(s) for s in table["series"]]
+    table = table.sort_values(["model", "batch_size", "panel_knobs", "gpus", "order"])
+    return table.drop(columns=["order"]).reset_index(drop=True)
+
+
+def ranks_table(cells: pd.DataFrame, clock: str = "time_to_target") -> pd.DataFrame:
+    """Per GPU count (and panel): rank by images/sec beside rank by time-to-target,
+    or (`clock` "training_seconds", a study without a target) by training time."""
+    if cells.empty:
+        return cells
+    time = "time_to_target_mean" if clock == "time_to_target" else clock
+    parts = []
+    for _, group in cells.groupby(["model", "batch_size", "panel_knobs", "gpus"], sort=True):
+        group = group.copy()
+        rates = group["images_per_sec_mean"].astype(float)
+        group["throughput_rank"] = rates.rank(ascending=False, method="min").astype(int)
+        # A cell that never reached the target ranks after every one that did.
+        times = group[time].astype(float).fillna(np.inf)
+        group[f"{clock}_rank"] = times.rank(method="min").astype(int)
+        same = group["throughput_rank"] == group[f"{clock}_rank"]
+        group["same_rank"] = np.where(same, "yes", "no")
+        parts.append(group)
+    columns = [
+        "model",
+        "batch_size",
+        "panel_knobs",
+        "gpus",
+        "framework",
+        "images_per_sec_mean",
+        "throughput_rank",
+        time,
+        *(["reached"] if clock == "time_to_target" else []),
+        f"{clock}_rank",
+        "same_rank",
+    ]
+    return pd.concat(parts)[columns].reset_index(drop=True)
+
+
+def accuracy_figure(curves: pd.DataFrame, target: float | None, paths: list[str]) -> None:
+    """Test accuracy against wall time (on the clock): one line per run."""
+    from trainscale.analysis.plotting import finish, framework_style, panels_of
+
+    fig, panels = panels_of(curves)
+    # The framework's colour and marker (plotting.framework_style), a line style per GPU count.
+    styles = {g: i for i, g in enumerate(sorted(set(curves["gpus"])))}
+    keys = sorted({(series_order(s), s, g) for s, g in zip(curves["series"], curves["gpus"])})
+    for ax, variant in panels:
+        for _, series, gpus in keys:
+            label = f"{series_label(series)}, {gpus} GPU{'s' if gpus > 1 else ''}"
+            runs = variant[(variant["series"] == series) & (variant["gpus"] == gpus)]
+            for repeat, run in runs.groupby("repeat"):
+                ax.plot(
+                    run["wall_seconds"],
+                    run["test_accuracy"],
+                    **{**framework_style(series.partition(" ")[0]), "marker": "."},
+                    linestyle=("-", "--", ":", "-.")[styles[gpus] % 4],
+                    label=label if repeat == runs["repeat"].min() else None,
+                )
+        if target:
+            ax.axhline(target, color="black", linewidth=0.8, linestyle=":", label="target")
+        ax.set(xlabel="Wall time on the clock (s)", ylabel="Test accuracy", ylim=(0, 1))
+        ax.set_xlim(left=0)
+    finish(fig, panels, paths, "Test accuracy against training time")
+
+
+def write_accuracy(study: str, records: list[str], folder: str) -> pd.DataFrame:
+    """accuracy.csv and curves.csv in `folder`; tables/accuracy, tables/ranks, figures/accuracy."""
+    from trainscale.core.records import atomic_write_text
+
+    runs, curves = [], []
+    for path in sorted(records):
+        run = run_row(study, path)
+        runs.append(run)
+        curves += curve_rows(path, run)
+    runs = add_series(pd.DataFrame(runs))
+    atomic_write_text(os.path.join(folder, "accuracy.csv"), runs.to_csv(index=False))
+    curves = add_series(pd.DataFrame(curves, columns=[*curve_columns(), "knobs"]))
+    atomic_write_text(os.path.join(folder, "curves.csv"), curves.to_csv(index=False))
+    cells = accuracy_table(runs)
+    tables = os.path.join(folder, "tables")
+    targets = sorted({t for t in runs["target_accuracy"].dropna() if t > 0})
+    target = targets[0] if len(targets) == 1 else None
+    aim = f"to {target:.0%} test accuracy" if target else "(no single target)"
+    write_table(
+        cells.drop(columns=["series"], errors="ignore"),
+        tables,
+        ACCURACY,
+        f"Accuracy and time {aim} ({study})",
+        ACCURACY_LABELS,
+    )
+    # Without a target, the time on the clock is the whole training time.
+    clock = "time_to_target" if targets else "training_seconds"
+    goal = aim if targets else "to the end of training (no target)"
+    write_table(
+        ranks_table(cells, clock),
+        tables,
+        RANKS,
+        f"Faster per step is not always faster {goal} ({study})",
+        ACCURACY_LABELS,
+    )
+    figures = os.path.join(folder, "figures")
+    accuracy_figure(
+        curves, target, [os.path.join(figures, f"{ACCURACY}.{e}") for e in FIGURE_FORMATS]
+    )
+    return runs
+
+
+def curve_columns() -> list[str]:
+    return [
+        "framework",
+        "gpus",
+        "repeat",
+        "model",
+        "batch_size",
+        "epoch",
+        "wall_seconds",
+        "train_seconds",
+        "images_per_sec",
+        "train_loss",
+        "test_loss",
+        "test_accuracy",
+        "learning_rate",
+    ]
+
+
+ACCURACY_LABELS = {
+    "model": "Model",
+    "dataset": "Data",
+    "image_size": "Size",
+    "batch_size": "Batch/GPU",
+    "panel_knobs": "Knobs",
+    "gpus": "GPUs",
+    "framework": "Framework",
+    "final_accuracy": "Final test accuracy",
+    "time_to_target": "Time to target (s)",
+    "reached": "Runs reaching it",
+    "epochs_to_target": "Epochs to target",
+    "training_seconds": "Training time (s)",
+    "images_per_sec": "Images/sec training",
+    "images_per_sec_mean": "Images/sec training",
+    "throughput_rank": "Rank by images/sec",
+    "time_to_target_mean": "Time to target (s)",
+    "time_to_target_rank": "Rank by time to target",
+    "training_seconds_rank": "Rank by training time",
+    "same_rank": "Same rank",
+}

@@ -1,0 +1,327 @@
+"""The paper's weak-scaling figures, the framework comparison, efficiency,
+MFU, memory, the refactoring trade-off and the reference study
+(trainscale.analysis.plotting draws them).
+
+Every figure is written as PNG and PDF, atomically. Points whose runs did not
+end `ok` are left out (the tables show why); the combined frame passed in
+holds only ok points.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from trainscale.analysis import outputs as out
+from trainscale.analysis.plotting import (
+    THROUGHPUT,
+    finish,
+    framework_style,
+    host_series,
+    legend,
+    panels_of,
+    plot,
+    plt,
+    plural,
+    sns,
+    variant_style,
+    wrapped,
+)
+from trainscale.analysis.tidy import series_label, series_order
+from trainscale.core.records import atomic_path
+from trainscale.study.registry import framework_spec
+from trainscale.study.registry import label as framework_label
+
+
+def _weak_scaling(combined, framework, paths, note, x, line_of, xlabel, line_label, over):
+    part = combined[combined["framework"] == framework]
+    # Knobs only this framework reads (Horovod's compression) get lines of their own.
+    own = [s.partition(" ")[2] for s in part["series"]]
+    part = part.assign(line=list(zip(own, part[line_of], strict=True)))
+    fig, panels = plot(
+        part,
+        x,
+        "line",
+        lambda key: line_label(key[1]) + (f", {key[0]}" if key[0] else ""),
+        xlabel,
+        THROUGHPUT,
+    )
+    finish(fig, panels, paths, f"Weak scaling of {framework_label(framework)} with {over}", note)
+
+
+def weak_scaling_hosts(combined: pd.DataFrame, framework: str, paths: list[str], note=None):
+    """Paper Fig. 1: throughput vs number of hosts, one line per GPUs per host."""
+    _weak_scaling(
+        combined,
+        framework,
+        paths,
+        note,
+        "nodes",
+        "gpus_per_node",
+        "Hosts (nodes)",
+        lambda g: plural(g, "GPU") + "/host",
+        "the number of hosts",
+    )
+
+
+def weak_scaling_gpus(combined: pd.DataFrame, framework: str, paths: list[str], note=None):
+    """Paper Fig. 2: throughput vs GPUs per host, one line per host count."""
+    _weak_scaling(
+        combined,
+        framework,
+        paths,
+        note,
+        "gpus_per_node",
+        "nodes",
+        "GPUs per host",
+        lambda n: plural(n, "host"),
+        "GPUs per host",
+    )
+
+
+def efficiency(combined: pd.DataFrame, paths: list[str], note=None):
+    """Weak-scaling efficiency vs total GPUs, per framework and host count, with the ideal."""
+    frame = combined.dropna(subset=["efficiency"]).copy()
+    frame["series"] = host_series(frame)
+    ylabel = "Weak-scaling efficiency (speed-up / GPUs)"
+    fig, panels = plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, "efficiency", None)
+    for ax, variant in panels:
+        if not variant.empty:
+            ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ideal")
+    finish(fig, panels, paths, "Weak-scaling efficiency against each framework's 1-GPU run", note)
+
+
+def frameworks(combined: pd.DataFrame, paths: list[str], note=None):
+    """Table I as a plot: frameworks on one node vs GPUs."""
+    part = combined[combined["nodes"] == 1]
+    part = part.assign(order=[series_order(s) + (s,) for s in part["series"]])
+    fig, panels = plot(
+        part,
+        "gpus_per_node",
+        "order",
+        lambda order: series_label(order[-1]),
+        "GPUs (one host)",
+        THROUGHPUT,
+    )
+    names = sorted(set(part["series"]), key=series_order)
+    title = (
+        " vs ".join(series_label(s) for s in names)
+        if len(names) <= 3
+        else f"{len(names)} frameworks"
+    )
+    finish(fig, panels, paths, f"{title} on one host", note)
+
+
+def memory(combined: pd.DataFrame, paths: list[str], note=None):
+    """Peak memory per replica vs total GPUs, one line per series (a framework
+    and its own knobs: ZeRO stage, FSDP's resharding) and host count: what
+    sharding buys (seed 003)."""
+    frame = combined.dropna(subset=["peak_memory_per_replica_mib"]).copy()
+    frame["series"] = host_series(frame)
+    ylabel = "Peak memory per replica (MiB)"
+    y = "peak_memory_per_replica_mib"
+    fig, panels = plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, y, None)
+    title = "Peak memory per replica\n(GPU allocator's peak; on CPUs, peak resident memory)"
+    finish(fig, panels, paths, title, note)
+
+
+def utilisation(combined: pd.DataFrame, paths: list[str], note=None):
+    """Model FLOPs utilisation vs total GPUs, per framework and host count."""
+    frame = combined.dropna(subset=["mfu"]).copy()
+    frame["series"] = host_series(frame)
+    ylabel = "MFU (achieved / peak FLOP/s)"
+    fig, panels = plot(frame, "gpus", "series", str, "GPUs (all hosts)", ylabel, "mfu", None)
+    if frame.empty and len(combined):
+        devices = ", ".join(sorted(set(combined["device"])))
+        why = f"No MFU: the peak of this study's devices ({devices}) is not in trainscale's table."
+        note = f"{why} {note}" if note else why
+    finish(fig, panels, paths, "Model FLOPs utilisation", note)
+
+
+def _shared_gpu_count(variant: pd.DataFrame) -> int | None:
+    """The most GPUs at which every multi-device framework of a panel has a result."""
+    counts = [
+        set(part["gpus"])
+        for framework, part in variant.groupby("framework")
+        if not framework_spec(framework).one_device
+    ]
+    shared = set.intersection(*counts) if counts else set()
+    return max(shared) if shared else None
+
+
+def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, paths, note=None):
+    """The paper's trade-off: each framework's throughput on N GPUs against the
+    lines its example changes from the single-device script (its base, at 0
+    lines, on 1 GPU). N is the most GPUs every multi-device framework of the
+    panel reached, on the fewest nodes."""
+    touched = dict(zip(refactoring["framework"], refactoring["lines_touched"], strict=True))
+    frame = combined[combined["framework"].isin(touched)]
+    fig, panels = panels_of(frame)
+    for ax, variant in panels:
+        shared = _shared_gpu_count(variant)
+        for series, part in sorted(variant.groupby("series"), key=lambda kv: series_order(kv[0])):
+            framework = part["framework"].iloc[0]
+            gpus = 1 if framework_spec(framework).one_device else shared or part["gpus"].max()
+            point = part[part["gpus"] == gpus].sort_values("nodes").head(1)
+            if point.empty:
+                continue
+            ax.errorbar(
+                [touched[framework]],
+                point["images_per_sec_mean"],
+                yerr=point["images_per_sec_std"],
+                label=f"{series_label(series)}, {plural(int(gpus), 'GPU')}",
+                **framework_style(framework),
+                linestyle="none",
+                capsize=3,
+            )
+        ax.set(xlabel="Lines of the single-device script touched", ylabel=THROUGHPUT)
+        ax.set_xlim(left=-2)
+    finish(fig, panels, paths, "Throughput against refactoring effort", note)
+
+
+def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
+    """Per fitted series: the measured cells (mean ± std), the predicted
+    throughput for each GPUs-per-node of the target grid with its 95 % band,
+    and the ideal line (the 1-GPU rate times the GPUs)."""
+    shown = [s for s in series_list if s in fitted and not isinstance(fitted[s], str)]
+    sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
+    columns = min(3, max(1, len(shown)))
+    rows = -(-max(1, len(shown)) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.6 * columns, 3.8 * rows), layout="constrained", squeeze=False
+    )
+    for ax in list(axes.flat)[len(shown) :]:
+        ax.set_visible(False)
+    for ax, series in zip(axes.flat, shown, strict=False):
+        part = table[
+            (table["framework"] == series.framework)
+            & (table["model"] == series.model)
+            & (table["batch_size"] == series.batch_size)
+            & (table["knobs"] == series.knobs)
+        ]
+        for index, (gpus_per_node, line) in enumerate(part.groupby("gpus_per_node")):
+            line = line.sort_values("gpus")
+            style = variant_style(series.framework, index)
+            ax.plot(line["gpus"], line["predicted_images_per_sec"], **style,
+                    label=f"predicted, {gpus_per_node} GPUs/node")  # fmt: skip
+            band = (line["low_images_per_sec"], line["high_images_per_sec"])
+            ax.fill_between(line["gpus"], *band, color=style["color"], alpha=0.2)
+        cells = series.cells
+        ax.errorbar([c.gpus for c in cells], [c.images_per_sec for c in cells],
+                    yerr=[c.std for c in cells], fmt="o", color="black", markersize=3,
+                    capsize=2, label="measured")  # fmt: skip
+        single = series.batch_size / fitted[series].model.compute
+        most = max([c.gpus for c in cells] + list(part["gpus"]))
+        ax.plot([1, most], [single, single * most], color="gray", linestyle="--", label="ideal")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        title = f"{series.name} ({fitted[series].model.algorithm})"
+        ax.set_title(wrapped(title, fig.get_figwidth() / columns, 9), fontsize="small")
+        ax.set(xlabel="GPUs (all hosts)", ylabel=THROUGHPUT)
+    if not shown:
+        axes.flat[0].text(0.5, 0.5, "no series to fit", ha="center", va="center")
+    # One legend for every panel, outside them: measured, ideal, and each
+    # GPUs-per-node line (in its panel's framework colour).
+    handles = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if handles:
+        legend(fig, list(handles.values()), list(handles))
+    title = "Predicted throughput: the fitted step model, its 95 % band, and the measured cells"
+    fig.suptitle(wrapped(title, fig.get_figwidth()))
+    for path in paths:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=150)
+    plt.close(fig)
+
+
+def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], note=None):
+    """Measured and reference throughput at the grid points both have."""
+    from trainscale.analysis.tidy import add_series
+
+    comparison = add_series(comparison.assign(knobs=comparison.get("knobs", "")))
+    names = [
+        f"{series_label(s)}, {n}n"
+        for s, n in zip(comparison["series"], comparison["nodes"], strict=True)
+    ]
+    measured = comparison.assign(series=[f"{name} measured" for name in names])
+    published = comparison.assign(
+        series=[f"{name} {reference}" for name in names],
+        images_per_sec_mean=comparison["reference_images_per_sec_mean"],
+        images_per_sec_std=comparison["reference_images_per_sec_std"],
+    )
+    both = pd.concat([measured, published])
+    fig, panels = plot(both, "gpus", "series", str, "GPUs (all hosts)", THROUGHPUT)
+    mine = ", ".join(sorted(set(comparison["device"])))
+    theirs = ", ".join(sorted(set(comparison["reference_device"])))
+    title = f"This study ({mine}) vs {reference} ({theirs})"
+    if comparison.empty:
+        title = f"This study vs {reference}: no grid point in common"
+    finish(fig, panels, paths, title, note)
+
+
+def write_figures(
+    tidy_csv: str,
+    folder: str,
+    reference: str | None,
+    framework: str,
+    reference_records: list[str] = (),
+    workers: int = 1,
+    refactoring_csv: str | None = None,
+) -> None:
+    """Every figure of a study, each drawn on its own by one of `workers` processes.
+
+    Drawing is most of the time of a big study's analysis, and the figures
+    are independent: on the rule's threads they are drawn side by side.
+    """
+    import os
+
+    from trainscale.analysis.tables import reference_table
+    from trainscale.analysis.tidy import combine_repeats, load_tidy, ok_only, reference_combined
+
+    tidy = load_tidy(tidy_csv)
+    combined = ok_only(combine_repeats(tidy))
+    left_out = tidy[tidy["status"] != "ok"]
+    note = None
+    if len(left_out):
+        note = (
+            f"Left out: {len(left_out)} run(s) that did not end ok ("
+            + ", ".join(sorted(set(left_out["status"])))
+            + "); see the tables."
+        )
+
+    def paths(name):
+        return [os.path.join(folder, f"{name}.{ext}") for ext in out.FIGURE_FORMATS]
+
+    drawings = [
+        (weak_scaling_hosts, (combined, framework, paths(out.WEAK_SCALING_HOSTS), note)),
+        (weak_scaling_gpus, (combined, framework, paths(out.WEAK_SCALING_GPUS), note)),
+        (efficiency, (combined, paths(out.EFFICIENCY), note)),
+        (frameworks, (combined, paths(out.FRAMEWORKS), note)),
+        (utilisation, (combined, paths(out.MFU), note)),
+        (memory, (combined, paths(out.MEMORY), note)),
+    ]
+    if refactoring_csv:
+        refactoring = pd.read_csv(refactoring_csv)
+        drawings.append(
+            (refactoring_tradeoff, (combined, refactoring, paths(out.REFACTORING_TRADEOFF), note))
+        )
+    if reference:
+        comparison = reference_table(
+            combined, reference_combined(reference, list(reference_records))
+        )
+        drawings.append((vs_reference, (comparison, reference, paths(out.VS_REFERENCE), note)))
+    workers = max(1, min(workers, len(drawings)))
+    if workers == 1:
+        for draw, args in drawings:
+            draw(*args)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork: the children start with this process's imports and frames.
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            for done in [pool.submit(draw, *args) for draw, args in drawings]:
+                done.result()  # a figure's error is raised here
+    print(f"figures: written to {folder} ({workers} process(es))")

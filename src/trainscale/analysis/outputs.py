@@ -1,0 +1,54 @@
+"""The names of the files a study's analysis writes under results/{study}/,
+declared once: the writers (tables, figures, predict_report, predict_probe,
+accuracy_report, network_report, refactoring) name their files from here, and
+the workflow's rules list their outputs from here."""
+
+from __future__ import annotations
+
+TABLE_FORMATS = ("csv", "md", "tex")
+FIGURE_FORMATS = ("png", "pdf")
+
+# tables.write_tables; vs_reference only with a reference study.
+TABLE1, TABLE2, EFFICIENCY, CROSS_ECOSYSTEM = "table1", "table2", "efficiency", "cross_ecosystem"
+VS_REFERENCE = "vs_reference"
+STUDY_TABLES = (TABLE1, TABLE2, EFFICIENCY, CROSS_ECOSYSTEM)
+
+# figures.write_figures; vs_reference only with a reference study.
+WEAK_SCALING_HOSTS, WEAK_SCALING_GPUS = "weak_scaling_hosts", "weak_scaling_gpus"
+FRAMEWORKS, MFU, MEMORY = "frameworks", "mfu", "memory"
+REFACTORING_TRADEOFF = "refactoring_tradeoff"
+STUDY_FIGURES = (WEAK_SCALING_HOSTS, WEAK_SCALING_GPUS, EFFICIENCY, FRAMEWORKS, MFU, MEMORY)
+
+# refactoring.write_refactoring
+REFACTORING = "refactoring"
+# predict_report.write_predictions: three tables and a figure
+PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT = (
+    "predicted",
+    "predicted_parameters",
+    "predicted_holdout",
+)
+PREDICTED_TABLES = (PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT)
+# predict_probe.write_probe_comparison
+PREDICTED_VS_PROBE = "predicted_vs_probe"
+# accuracy_report.write_accuracy: two tables and a figure
+ACCURACY, RANKS = "accuracy", "ranks"
+# network_report.write_network: a table and a figure
+NETWORK = "network"
+
+
+def study_tables(reference: bool) -> list[str]:
+    return [*STUDY_TABLES, *([VS_REFERENCE] if reference else [])]
+
+
+def study_figures(reference: bool) -> list[str]:
+    return [*STUDY_FIGURES, REFACTORING_TRADEOFF, *([VS_REFERENCE] if reference else [])]
+
+
+def table_files(folder: str, names) -> list[str]:
+    """folder/tables/NAME.{csv,md,tex} for each name."""
+    return [f"{folder}/tables/{n}.{ext}" for n in names for ext in TABLE_FORMATS]
+
+
+def figure_files(folder: str, names, formats=FIGURE_FORMATS) -> list[str]:
+    """folder/figures/NAME.{png,pdf} for each name."""
+    return [f"{folder}/figures/{n}.{ext}" for n in names for ext in formats]

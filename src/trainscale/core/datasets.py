@@ -1,0 +1,376 @@
+"""Data sets by name, and safe readers of their real release formats.
+
+Each data set is one `Dataset` entry in DATASETS: its classes, channels,
+native side, the per-channel statistics its images are normalised with, its
+standard augmentation, and the release format its files come in:
+
+- cifar100, cifar10: the `cifar-100-python` and `cifar-10-python` releases, a
+  folder (or the `.tar.gz` archive holding it) of Python pickles, each a dict
+  with `data` (N x 3072 uint8: the R, G and B planes of each 32x32 image in
+  turn) and the labels (`fine_labels`; CIFAR-10's `labels`). Pickle can run
+  code, so the reader admits only the few types those files need
+  (_SafeUnpickler).
+- mnist, fashion-mnist, digits: the IDX files of LeCun's MNIST release
+  (`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-…` for the
+  test split), gzipped (`.gz`) or not. `digits` is scikit-learn's copy of the
+  UCI handwritten digits (1,797 real 8x8 images), written out in that format
+  by write_digits, so that the real IDX reader is what reads it.
+- synthetic: no files; random batches (trainscale.harness.data.synthetic_batch).
+
+A bad file is refused in one line naming it (DataError): truncated, a wrong
+magic number or shape, a label out of range, a pickle that asks for anything
+but arrays. Nothing is run and no record is written.
+
+Grayscale data sets (channels 1) meet the models with a one-channel stem: the
+first layer takes one channel and nothing is replicated. That is seed 003's
+small CNN on MNIST as published (21,840 parameters); the record says it
+(`input_channels`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import os
+import pickle
+import struct
+import tarfile
+from dataclasses import dataclass
+
+import numpy as np
+
+SPLITS = ("train", "test")
+
+
+class DataError(ValueError):
+    """The data set is missing, truncated or not in the expected format."""
+
+
+# --------------------------------------------------------------------------
+# The CIFAR releases: pickles, read by a restricted unpickler
+# --------------------------------------------------------------------------
+
+# What a NumPy array inside a pickle needs, and nothing else: no os.system, no
+# builtins.eval, no arbitrary class. Anything outside this list is refused.
+_ALLOWED_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("_codecs", "encode"),  # how Python 3 pickles bytes at protocol < 3
+}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) in _ALLOWED_GLOBALS:
+            return super().find_class(module, name)
+        raise DataError(
+            f"refusing to load {module}.{name} from a CIFAR file: "
+            "only NumPy arrays, bytes, lists and dicts are allowed"
+        )
+
+
+def _unpickle(blob: bytes, where: str) -> dict:
+    try:
+        obj = _SafeUnpickler(io.BytesIO(blob), encoding="bytes").load()
+    except DataError as err:
+        raise DataError(f"{where}: {err}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+        raise DataError(f"{where}: not a readable CIFAR pickle ({err})") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected a dict, found {type(obj).__name__}")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in obj.items()}
+
+
+@dataclass(frozen=True)
+class CifarRelease:
+    folder: str  # the folder inside the archive
+    archive: str
+    members: dict  # split -> the pickles that hold it, in order
+    label_key: str
+    meta: tuple  # (member, key of the class names): written, never read
+
+    def find(self, data_dir: str, dataset: str) -> str:
+        """The release's folder or archive inside `data_dir`."""
+        candidates = [os.path.join(data_dir, self.folder), os.path.join(data_dir, self.archive)]
+        if os.path.basename(os.path.normpath(data_dir)) == self.folder:
+            candidates.insert(0, data_dir)
+        for path in candidates:
+            first = self.members["train"][0]
+            if os.path.isdir(path) and os.path.isfile(os.path.join(path, first)):
+                return path
+            if os.path.isfile(path):
+                return path
+        raise DataError(
+            f"--data-dir {data_dir!r} holds no {dataset} ({self.folder}/ or {self.archive}); "
+            "download it there or use --dataset synthetic"
+        )
+
+    def _member(self, path: str, member: str) -> bytes:
+        if os.path.isdir(path):
+            try:
+                with open(os.path.join(path, member), "rb") as handle:
+                    return handle.read()
+            except FileNotFoundError:
+                raise DataError(f"{path}: no {member}") from None
+        try:
+            with tarfile.open(path, "r:*") as archive:
+                handle = archive.extractfile(f"{self.folder}/{member}")
+                if handle is None:
+                    raise DataError(f"{path}: {self.folder}/{member} is not a file")
+                return handle.read()
+        except KeyError:
+            raise DataError(f"{path}: no {self.folder}/{member} in the archive") from None
+        except (tarfile.TarError, EOFError, OSError) as err:
+            raise DataError(f"{path}: truncated or unreadable archive ({err})") from None
+
+    def read(self, path: str, split: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        parts = [self._read_member(path, m, num_classes) for m in self.members[split]]
+        images, labels = (np.concatenate(columns) for columns in zip(*parts))
+        return images, labels
+
+    def _read_member(self, path: str, member: str, num_classes: int):
+        # The file a user would open: the pickle, or the archive and its member.
+        where = os.path.join(path, member) if os.path.isdir(path) else f"{path}:{member}"
+        entry = _unpickle(self._member(path, member), where)
+        try:
+            data = np.asarray(entry["data"])
+            labels = np.asarray(entry[self.label_key], dtype=np.int64)
+        except KeyError as err:
+            raise DataError(f"{where}: missing key {err}") from None
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+            raise DataError(
+                f"{where}: data must be N x 3072 uint8, found {data.shape} {data.dtype}"
+            )
+        if labels.shape != (data.shape[0],):
+            raise DataError(f"{where}: {labels.shape[0]} labels for {data.shape[0]} images")
+        _check_labels(labels, num_classes, where)
+        images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+        return np.ascontiguousarray(images), labels.astype(np.int32)
+
+    def write(self, data_dir: str, splits: dict, num_classes: int, archive: bool) -> str:
+        """Write {split: (images, labels)} in this release's exact format (tests, demos)."""
+        payloads = {}
+        for split, (images, labels) in splits.items():
+            members = self.members[split]
+            chunks = np.array_split(np.arange(len(images)), len(members))
+            for member, chunk in zip(members, chunks):  # equal lengths: array_split
+                payloads[member] = _cifar_pickle(images[chunk], labels[chunk], self.label_key)
+        member, key = self.meta
+        names = [f"class_{i}".encode() for i in range(num_classes)]
+        payloads[member] = pickle.dumps({key.encode(): names}, protocol=2)
+        os.makedirs(data_dir, exist_ok=True)
+        if archive:
+            path = os.path.join(data_dir, self.archive)
+            with tarfile.open(path, "w:gz") as tar:
+                for name, payload in payloads.items():
+                    info = tarfile.TarInfo(f"{self.folder}/{name}")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+            return path
+        folder = os.path.join(data_dir, self.folder)
+        os.makedirs(folder, exist_ok=True)
+        for name, payload in payloads.items():
+            with open(os.path.join(folder, name), "wb") as handle:
+                handle.write(payload)
+        return folder
+
+
+def _cifar_pickle(images: np.ndarray, labels: np.ndarray, label_key: str) -> bytes:
+    # The real releases are Python 2 pickles; protocol 2 with the same keys
+    # keeps the byte layout a reader meets in the wild.
+    images = np.asarray(images, dtype=np.uint8)
+    entry = {
+        b"filenames": [f"image_{i}.png".encode() for i in range(len(images))],
+        b"batch_label": b"batch 1 of 1",
+        label_key.encode(): [int(x) for x in labels],
+        b"data": images.transpose(0, 3, 1, 2).reshape(len(images), -1),
+    }
+    if label_key == "fine_labels":
+        entry[b"coarse_labels"] = [int(x) // 5 for x in labels]
+    return pickle.dumps(entry, protocol=2)
+
+
+def _check_labels(labels: np.ndarray, num_classes: int, where: str) -> None:
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise DataError(
+            f"{where}: labels must lie in 0..{num_classes - 1}, found "
+            f"{int(labels.min())}..{int(labels.max())}"
+        )
+
+
+# --------------------------------------------------------------------------
+# The MNIST release: IDX files
+# --------------------------------------------------------------------------
+
+# An IDX file starts with two zero bytes, a type code (0x08: unsigned bytes)
+# and the number of dimensions; then each dimension as a big-endian uint32.
+IDX_IMAGES, IDX_LABELS = 0x00000803, 0x00000801
+
+
+def read_idx(path: str, magic: int) -> np.ndarray:
+    """The array in IDX file `path` (gzipped or not), which must carry `magic`."""
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as err:
+            raise DataError(f"{path}: truncated or unreadable gzip ({err})") from None
+    if len(raw) < 4 or struct.unpack(">I", raw[:4])[0] != magic:
+        found = raw[:4].hex() if len(raw) >= 4 else f"{len(raw)} bytes"
+        raise DataError(f"{path}: magic number {found}, expected {magic:08x}: not this IDX file")
+    header = 4 + 4 * (magic & 0xFF)
+    if len(raw) < header:
+        raise DataError(f"{path}: truncated in its header")
+    shape = struct.unpack(f">{magic & 0xFF}I", raw[4:header])
+    if len(raw) - header != math.prod(shape):
+        raise DataError(
+            f"{path}: holds {len(raw) - header} bytes of data where its header says "
+            f"{' x '.join(map(str, shape))} = {math.prod(shape)}: truncated or padded"
+        )
+    return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
+
+
+def write_idx(path: str, array: np.ndarray) -> None:
+    """Write a uint8 array as an IDX file (gzipped when `path` ends in .gz)."""
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    blob = struct.pack(f">I{array.ndim}I", 0x0800 | array.ndim, *array.shape) + array.tobytes()
+    with open(path, "wb") as handle:
+        handle.write(gzip.compress(blob, mtime=0) if path.endswith(".gz") else blob)
+
+
+@dataclass(frozen=True)
+class IdxRelease:
+    prefix = {"train": "train", "test": "t10k"}
+
+    def files(self, split: str) -> tuple[str, str]:
+        return f"{self.prefix[split]}-images-idx3-ubyte", f"{self.prefix[split]}-labels-idx1-ubyte"
+
+    def find(self, data_dir: str, dataset: str) -> str:
+        """The folder holding the IDX files: `data_dir` or `data_dir`/<dataset>."""
+        images = self.files("train")[0]
+        for folder in (data_dir, os.path.join(data_dir, dataset)):
+            if any(os.path.isfile(os.path.join(folder, images + gz)) for gz in ("", ".gz")):
+                return folder
+        raise DataError(
+            f"--data-dir {data_dir!r} holds no {dataset} ({images}[.gz] and the other IDX "
+            f"files, there or in {dataset}/); put them there or use --dataset synthetic"
+        )
+
+    def _path(self, folder: str, name: str) -> str:
+        for candidate in (name, name + ".gz"):
+            if os.path.isfile(os.path.join(folder, candidate)):
+                return os.path.join(folder, candidate)
+        raise DataError(f"{folder}: no {name} (or {name}.gz)")
+
+    def read(self, folder: str, split: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        image_file, label_file = (self._path(folder, name) for name in self.files(split))
+        images = read_idx(image_file, IDX_IMAGES)
+        labels = read_idx(label_file, IDX_LABELS).astype(np.int32)
+        if len(labels) != len(images):
+            raise DataError(f"{label_file}: {len(labels)} labels for {len(images)} images")
+        _check_labels(labels, num_classes, label_file)
+        return images[..., None], labels  # NHWC, one channel
+
+    def write(self, data_dir: str, splits: dict, num_classes: int, gz: bool) -> str:
+        os.makedirs(data_dir, exist_ok=True)
+        suffix = ".gz" if gz else ""
+        for split, (images, labels) in splits.items():
+            image_file, label_file = self.files(split)
+            write_idx(os.path.join(data_dir, image_file + suffix), np.asarray(images)[..., 0])
+            write_idx(os.path.join(data_dir, label_file + suffix), np.asarray(labels))
+        return data_dir
+
+
+# --------------------------------------------------------------------------
+# The data sets
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    num_classes: int
+    channels: int  # 1: grayscale, fed to a one-channel stem
+    native_size: int  # side of the images as released
+    mean: tuple  # per channel, of the training images scaled to 0..1
+    std: tuple
+    augmentation: str  # "crop-and-flip": pad 4, random crop, flip; or "none"
+    release: CifarRelease | IdxRelease | None  # None: synthetic, no files
+
+    def find(self, data_dir: str) -> str:
+        return self.release.find(data_dir, self.name)
+
+    def load(self, data_dir: str, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+        """A split as (N, side, side, channels) uint8 images and (N,) int32 labels."""
+        return self.release.read(self.find(data_dir), split, self.num_classes)
+
+
+_CIFAR = dict(channels=3, native_size=32, augmentation="crop-and-flip")
+_GRAY = dict(channels=1, native_size=28, augmentation="none", release=IdxRelease())
+DATASETS = {
+    d.name: d
+    for d in (
+        Dataset("cifar100", 100, mean=(0.5071, 0.4865, 0.4409), std=(0.2673, 0.2564, 0.2762),
+                release=CifarRelease("cifar-100-python", "cifar-100-python.tar.gz",
+                                     {"train": ("train",), "test": ("test",)}, "fine_labels",
+                                     ("meta", "fine_label_names")), **_CIFAR),
+        Dataset("cifar10", 10, mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616),
+                release=CifarRelease("cifar-10-batches-py", "cifar-10-python.tar.gz",
+                                     {"train": tuple(f"data_batch_{i}" for i in range(1, 6)),
+                                      "test": ("test_batch",)}, "labels",
+                                     ("batches.meta", "label_names")), **_CIFAR),
+        Dataset("mnist", 10, mean=(0.1307,), std=(0.3081,), **_GRAY),
+        Dataset("fashion-mnist", 10, mean=(0.2860,), std=(0.3530,), **_GRAY),
+        Dataset("digits", 10, mean=(0.3055,), std=(0.3760,),
+                **{**_GRAY, "native_size": 8}),
+        # Random float images, already normalised: no statistics to apply.
+        Dataset("synthetic", 100, channels=3, native_size=224, mean=(0.0,), std=(1.0,),
+                augmentation="none", release=None),
+    )
+}  # fmt: skip
+
+
+def load_dataset(name: str, data_dir: str, split: str = "train"):
+    return DATASETS[name].load(data_dir, split)
+
+
+def write_dataset(name: str, data_dir: str, splits: dict, *, archive: bool = False) -> str:
+    """Write {split: (images NHWC uint8, labels)} as data set `name`'s release does.
+
+    `archive`: the CIFAR `.tar.gz`, or gzipped IDX files.
+    """
+    dataset = DATASETS[name]
+    return dataset.release.write(data_dir, splits, dataset.num_classes, archive)
+
+
+def generate_cifar100(data_dir: str, num_images: int, seed: int = 0, **kwargs) -> str:
+    """Write a small random CIFAR-100 (train, and a test split a fifth its size)."""
+    rng = np.random.default_rng(seed)
+    splits = {}
+    for split, count in (("train", num_images), ("test", max(1, num_images // 5))):
+        images = rng.integers(0, 256, size=(count, 32, 32, 3), dtype=np.uint8)
+        splits[split] = images, rng.integers(0, 100, size=count)
+    return write_dataset("cifar100", data_dir, splits, **kwargs)
+
+
+def write_digits(data_dir: str, test_every: int = 6) -> str:
+    """scikit-learn's UCI digits as gzipped IDX files: every `test_every`-th image
+    of a fixed shuffle is the test split (300 of 1,797), the rest train.
+
+    The digits' 0..16 grey levels are scaled to MNIST's 0..255.
+    """
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.rint(digits.images * (255 / 16)).astype(np.uint8)[..., None]
+    order = np.random.default_rng(0).permutation(len(images))
+    test = np.sort(order[::test_every])
+    train = np.setdiff1d(np.arange(len(images)), test)
+    splits = {s: (images[i], digits.target[i]) for s, i in (("train", train), ("test", test))}
+    return write_dataset("digits", data_dir, splits, archive=True)

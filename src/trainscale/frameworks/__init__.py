@@ -1,0 +1,16 @@
+"""Each framework's training code, under its ecosystem: `tensorflow/` and
+`torch/`. A framework's registry entry (trainscale.study.registry) names its
+Backend class as "module:Class"; `backend_class` imports it, and only that
+ecosystem's modules, when a run starts."""
+
+from __future__ import annotations
+
+import importlib
+
+from trainscale.study.registry import framework_spec
+
+
+def backend_class(framework: str):
+    """The framework's Backend (trainscale.harness.backend), where the registry says it is."""
+    module, name = framework_spec(framework).backend.split(":")
+    return getattr(importlib.import_module(module), name)

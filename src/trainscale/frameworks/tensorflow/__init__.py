@@ -1,0 +1,2 @@
+"""The TensorFlow backend and its four frameworks (tf-single, Horovod,
+MirroredStrategy, MultiWorkerMirroredStrategy)."""

@@ -1,0 +1,379 @@
+"""How each framework distributes the one training step.
+
+A framework adds exactly three things to the shared step in tf_backend.py:
+- how processes find each other and which devices each one drives (setup),
+- how data is sharded over replicas (make_iterator),
+- how gradients are reduced (wrap_tape for Horovod; the strategy's optimizer
+  all-reduce for tf.distribute) and how a step is run on every replica (run).
+It also offers one collective the harness needs, gather_rows, to add up the
+measured rates of every process.
+
+Loss convention, the same for all four: every replica computes
+sum(per-example loss) / GLOBAL batch size, and gradients are SUMMED over
+replicas. The sum is then the gradient of the mean loss over the global batch,
+exactly what tf-single computes on the whole batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+
+from trainscale.core.slurm import slurm_port_base
+from trainscale.harness.backend import DeviceError, Topology, horovod_wire_compression, init_horovod
+from trainscale.study.settings import RunOptions, RunSettings, cpu_share
+
+
+class Framework:
+    name = ""
+    # Whether the loss a step returns is already the global mean (strategies
+    # reduce it over replicas) or only this process's share (Horovod).
+    loss_is_global = True
+
+    def __init__(self, settings: RunSettings, options: RunOptions, topology: Topology):
+        self.settings = settings
+        self.options = options
+        # The backend's own: what setup() finds out is written there.
+        self.topology = topology
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def make_iterator(self, dataset_fn):
+        """dataset_fn(shard_index, num_shards, per_replica_batch) -> tf.data.Dataset."""
+        return iter(dataset_fn(0, 1, self.settings.batch_size))
+
+    def wrap_tape(self, tape):
+        return tape
+
+    def run(self, replica_step, batch):
+        return replica_step(*batch)
+
+    def after_first_step(self, model, optimizer) -> None:
+        pass
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        """Stack a 1-D float row from every process: shape (num_processes, len(row))."""
+        return np.asarray(row, dtype=np.float64)[None, :]
+
+
+# --------------------------------------------------------------------------
+# Devices
+# --------------------------------------------------------------------------
+
+
+def configure_host(settings: RunSettings, processes_on_node: int) -> None:
+    """Threads and device visibility; must run before TensorFlow creates its context."""
+    import tensorflow as tf
+
+    if settings.device == "cpu":
+        # Hide any GPU: a CPU record must never be helped by an accelerator.
+        tf.config.set_visible_devices([], "GPU")
+        # Each process gets its share of the cores; oversubscribing two ranks
+        # onto two cores with two threads each would measure contention.
+        threads = cpu_share(processes_on_node)
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    else:
+        for gpu in tf.config.list_physical_devices("GPU"):
+            tf.config.experimental.set_memory_growth(gpu, True)
+
+
+def _require_gpus(count: int, who: str) -> list:
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) < count:
+        cuda = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+        raise DeviceError(
+            f"{who} needs {count} GPU(s) but this process sees {len(gpus)} "
+            f"(CUDA_VISIBLE_DEVICES={cuda}); refusing to report a smaller run"
+        )
+    return gpus
+
+
+# --------------------------------------------------------------------------
+# tf-single
+# --------------------------------------------------------------------------
+
+
+class SingleDevice(Framework):
+    name = "tf-single"
+
+    def setup(self) -> None:
+        configure_host(self.settings, 1)
+        if self.settings.device == "gpu":
+            _require_gpus(1, "tf-single")
+            self.topology.devices = ["/GPU:0"]
+        else:
+            self.topology.devices = ["/CPU:0"]
+
+    def scope(self):
+        import tensorflow as tf
+
+        return tf.device(self.topology.devices[0])
+
+
+# --------------------------------------------------------------------------
+# Horovod
+# --------------------------------------------------------------------------
+
+
+class Horovod(Framework):
+    name = "horovod"
+    loss_is_global = False
+
+    def setup(self) -> None:
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        self.hvd = hvd
+        init_horovod(hvd, self.settings)
+        configure_host(self.settings, hvd.local_size())
+        self.topology.num_processes, self.topology.process_index = hvd.size(), hvd.rank()
+        if self.settings.device == "gpu":
+            gpus = _require_gpus(1, f"horovod rank {hvd.rank()}")
+            # With every GPU of the node visible, rank i takes GPU i; a launcher
+            # that binds one GPU per task leaves exactly one visible.
+            index = hvd.local_rank() if len(gpus) > 1 else 0
+            if index >= len(gpus):
+                raise DeviceError(
+                    f"horovod local rank {index} has no GPU: this process sees {len(gpus)}"
+                )
+            tf.config.set_visible_devices(gpus[index], "GPU")
+            self.topology.devices = [f"/GPU:0 (physical {gpus[index].name})"]
+        else:
+            self.topology.devices = ["/CPU:0"]
+        if hvd.size() != self.settings.replicas:
+            raise DeviceError(
+                f"horovod was launched with {hvd.size()} ranks but the run asks for "
+                f"{self.settings.replicas} ({self.settings.nodes} nodes x "
+                f"{self.settings.gpus_per_node} per node)"
+            )
+
+    def make_iterator(self, dataset_fn):
+        return iter(dataset_fn(self.hvd.rank(), self.hvd.size(), self.settings.batch_size))
+
+    def wrap_tape(self, tape):
+        # Sum, not Average: each rank's loss is already divided by the global batch.
+        compression = horovod_wire_compression(self.hvd, self.settings)
+        return self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum, compression=compression)
+
+    def after_first_step(self, model, optimizer) -> None:
+        # Horovod's pattern: broadcast after the first step, once the
+        # optimizer has created its slot variables, so every rank continues
+        # from rank 0's exact state.
+        self.hvd.broadcast_variables(_traceable(model.variables), root_rank=0)
+        self.hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        import tensorflow as tf
+
+        row = np.asarray(row, dtype=np.float64)[None, :]
+        return self.hvd.allgather(tf.constant(row)).numpy()
+
+
+def optimizer_variables(optimizer) -> list:
+    """The optimizer's state (slots, step count), to broadcast.
+
+    `variables` is a method of Keras's legacy optimizers and a property of the
+    new ones. Keras 2.11's LossScaleOptimizerV3 (fp16) inherits a `variables()`
+    that reads a field it never sets (AttributeError '_variables'): there the
+    optimizer it wraps lists the state.
+    """
+
+    def listed(variables):
+        return variables() if callable(variables) else variables
+
+    try:
+        return listed(optimizer.variables)
+    except AttributeError:
+        return listed(optimizer.inner_optimizer.variables)
+
+
+def _traceable(variables: list) -> list:
+    """Variables that can be tf.function arguments, as hvd.broadcast_variables passes them.
+
+    Under mixed precision Keras wraps each float variable in an AutoCastVariable;
+    before Keras 2.12 it has no tracing type, and the broadcast fails ("Python
+    object could not be represented through the generic tracing type", seen on
+    TF 2.11). There the variable it wraps (the same storage) is broadcast instead.
+    The class is asked, not the object: AutoCastVariable hands unknown attributes
+    on to the variable it wraps.
+    """
+    return [
+        v._variable
+        if hasattr(v, "_variable") and not hasattr(type(v), "__tf_tracing_type__")
+        else v
+        for v in variables
+    ]
+
+
+# --------------------------------------------------------------------------
+# tf.distribute strategies (tf-mirrored, tf-multiworker)
+# --------------------------------------------------------------------------
+
+
+class Strategy(Framework):
+    """Common code of the tf.distribute strategies; subclasses only build the strategy."""
+
+    def setup(self) -> None:
+        self.strategy = self.create_strategy()
+        replicas = self.strategy.num_replicas_in_sync
+        self.topology.replicas_in_process = replicas // self.topology.num_processes
+        if replicas != self.settings.replicas:
+            raise DeviceError(
+                f"{self.name} has {replicas} replicas in sync but the run asks for "
+                f"{self.settings.replicas}"
+            )
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def make_iterator(self, dataset_fn):
+        global_batch = self.settings.global_batch_size
+
+        def per_pipeline(context):
+            return dataset_fn(
+                context.input_pipeline_id,
+                context.num_input_pipelines,
+                context.get_per_replica_batch_size(global_batch),
+            )
+
+        return iter(self.strategy.distribute_datasets_from_function(per_pipeline))
+
+    def run(self, replica_step, batch):
+        import tensorflow as tf
+
+        per_replica_loss = self.strategy.run(replica_step, args=batch)
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        # Each process fills its own row of a zero matrix; a SUM all-reduce
+        # over replicas, counting only the first replica of each process,
+        # stacks the rows. Exact for the small integers and rates sent here.
+        import tensorflow as tf
+
+        row = np.asarray(row, dtype=np.float64)
+        mine = np.zeros((self.topology.num_processes, row.size), dtype=np.float64)
+        mine[self.topology.process_index] = row
+        zeros = np.zeros_like(mine)
+        per_process = self.topology.replicas_in_process
+
+        def value(context):
+            first_of_process = context.replica_id_in_sync_group % per_process == 0
+            return tf.constant(mine if first_of_process else zeros)
+
+        values = self.strategy.experimental_distribute_values_from_function(value)
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
+
+
+class Mirrored(Strategy):
+    name = "tf-mirrored"
+
+    def create_strategy(self):
+        import tensorflow as tf
+
+        count = self.settings.gpus_per_node
+        if self.settings.device == "cpu":
+            # Each "GPU" becomes a logical CPU device of this one process.
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+            )
+            configure_host(self.settings, 1)
+            self.topology.devices = [d.name for d in tf.config.list_logical_devices("CPU")][:count]
+            cross_device_ops = tf.distribute.ReductionToOneDevice()
+        else:
+            configure_host(self.settings, 1)
+            _require_gpus(count, "tf-mirrored")
+            self.topology.devices = [d.name for d in tf.config.list_logical_devices("GPU")][:count]
+            cross_device_ops = None  # NCCL all-reduce, TensorFlow's default on GPUs
+        return tf.distribute.MirroredStrategy(
+            self.topology.devices, cross_device_ops=cross_device_ops
+        )
+
+
+class MultiWorker(Strategy):
+    name = "tf-multiworker"
+
+    def create_strategy(self):
+        import tensorflow as tf
+
+        resolver = self.cluster_resolver()
+        workers = resolver.cluster_spec().num_tasks("worker")
+        self.topology.num_processes, self.topology.process_index = workers, resolver.task_id
+        configure_host(self.settings, self.settings.processes_per_node())
+        if self.settings.device == "gpu":
+            _require_gpus(self.settings.gpus_per_node, f"tf-multiworker worker {resolver.task_id}")
+        choice = self.settings.collective_implementation
+        if choice == "auto":
+            choice = "nccl" if self.settings.device == "gpu" else "ring"
+        implementation = {
+            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+            "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+        }[choice]
+        # Without a timeout a stalled (not dead) worker holds the others in a
+        # collective for ever: TF's peer health check does not notice it.
+        timeout = self.options.collective_timeout or None
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation,
+            timeout_seconds=timeout,
+            bytes_per_pack=round(self.settings.all_reduce_pack_mb * 2**20),
+        )
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
+        self.topology.devices = list(strategy.extended.worker_devices)
+        return strategy
+
+    def cluster_resolver(self):
+        import tensorflow as tf
+
+        if "TF_CONFIG" in os.environ:
+            return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        if "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ:
+            return self.slurm_resolver()
+        raise DeviceError(
+            "tf-multiworker needs TF_CONFIG (set by `trainscale run`) or a SLURM job step (srun)"
+        )
+
+    def slurm_resolver(self):
+        """SlurmClusterResolver for this job step, on GPUs or CPUs.
+
+        Its defaults ask nvidia-smi for the GPU count (absent on CPU nodes) and
+        refuse 0 GPUs, so both counts are given: on GPUs each worker holds its
+        node's G GPUs; on CPUs each worker is one replica and the resolver is
+        told of one "GPU" per task, not set, and wrapped to say there are none.
+        """
+        import tensorflow as tf
+
+        resolvers = tf.distribute.cluster_resolver
+        port_base = slurm_port_base(os.environ["SLURM_JOB_ID"])
+        if self.settings.device == "gpu":
+            gpus = self.settings.gpus_per_node
+            return resolvers.SlurmClusterResolver(
+                port_base=port_base, gpus_per_node=gpus, gpus_per_task=gpus, auto_set_gpu=True
+            )
+        per_node = self.settings.processes_per_node()
+        slurm = resolvers.SlurmClusterResolver(
+            port_base=port_base, gpus_per_node=per_node, gpus_per_task=1, auto_set_gpu=False
+        )
+        cluster = slurm.cluster_spec()  # also sets task_type and task_id
+        return resolvers.SimpleClusterResolver(
+            cluster,
+            task_type=slurm.task_type,
+            task_id=slurm.task_id,
+            num_accelerators={},
+            rpc_layer="grpc",
+        )
+
+
+def create_framework(
+    framework_class: type[Framework], settings: RunSettings, options: RunOptions, topology: Topology
+) -> Framework:
+    framework = framework_class(settings, options, topology)
+    framework.setup()
+    return framework

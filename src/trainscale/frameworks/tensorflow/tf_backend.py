@@ -1,0 +1,297 @@
+"""The TensorFlow frameworks behind the loop's seam (trainscale.harness.backend).
+
+One training step for all four (build_train_step); how each distributes it
+is trainscale.frameworks.tensorflow.strategies.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from trainscale.core.accuracy import evaluation_batches
+from trainscale.core.datasets import DATASETS
+from trainscale.frameworks.tensorflow.strategies import (
+    Framework,
+    Horovod,
+    Mirrored,
+    MultiWorker,
+    SingleDevice,
+    create_framework,
+    optimizer_variables,
+)
+from trainscale.harness.backend import Backend, horovod_versions
+from trainscale.harness.data import image_dataset, prepare_images, synthetic_dataset
+from trainscale.harness.flops import training_flops_per_image
+from trainscale.harness.models import build_model
+from trainscale.study.settings import RunSettings
+
+_POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+
+
+def make_optimizer(settings: RunSettings):
+    import tensorflow as tf
+
+    if settings.optimizer == "adam":
+        optimizer = tf.keras.optimizers.Adam(settings.learning_rate)
+    else:
+        optimizer = tf.keras.optimizers.SGD(settings.learning_rate)
+    if settings.precision == "fp16":
+        # float16 gradients underflow without loss scaling; bfloat16 has
+        # float32's exponent range and needs none.
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def make_dataset_fn(settings: RunSettings, train=None):
+    """dataset_fn(shard_index, num_shards, per_replica_batch) for Framework.make_iterator,
+    over the training split (`train`: (images, labels), read here if not given)."""
+    dataset = DATASETS[settings.dataset]
+    if dataset.release is not None:
+        images, labels = train or dataset.load(settings.data_dir)
+
+        def dataset_fn(shard_index, num_shards, batch_size):
+            return image_dataset(
+                images,
+                labels,
+                shard_index=shard_index,
+                num_shards=num_shards,
+                batch_size=batch_size,
+                seed=settings.seed,
+                augment=settings.augmentation != "none",
+            )
+
+    else:
+
+        def dataset_fn(shard_index, num_shards, batch_size):
+            # Pipeline k of n feeds replicas k*r .. k*r + r-1 (r = replicas / n).
+            per_pipeline = settings.replicas // num_shards
+            first = shard_index * per_pipeline
+            return synthetic_dataset(
+                shard_indices=range(first, first + per_pipeline),
+                batch_size=batch_size,
+                image_size=settings.image_size,
+                num_classes=settings.num_classes,
+                seed=settings.seed,
+            )
+
+    return dataset_fn
+
+
+def build_train_step(framework, model, optimizer, settings: RunSettings):
+    """The training step every framework runs: one definition, compiled once.
+
+    Per replica: prepare the batch, forward, loss divided by the GLOBAL batch,
+    gradients through the framework's tape (Horovod sums them there), apply
+    (tf.distribute's optimizer sums them there). Returns the global mean loss.
+    """
+    import tensorflow as tf
+
+    loss_per_example = tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+    )
+    loss_scaling = settings.precision == "fp16"
+    compute_dtype = model.compute_dtype
+
+    def replica_step(images, labels):
+        images = prepare_images(images, settings.image_size, compute_dtype, settings.dataset)
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(images, training=True), tf.float32)
+            loss = tf.nn.compute_average_loss(
+                loss_per_example(labels, logits), global_batch_size=settings.global_batch_size
+            )
+            objective = optimizer.get_scaled_loss(loss) if loss_scaling else loss
+        tape = framework.wrap_tape(tape)
+        gradients = tape.gradient(objective, model.trainable_variables)
+        if loss_scaling:
+            gradients = optimizer.get_unscaled_gradients(gradients)
+        # One gradient per variable by construction (zip(strict=) is 3.10+).
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    # The step takes the iterator and draws its batch inside the compiled
+    # function, as Keras's train function does: no Python-side next() and no
+    # argument conversion per step (10% of a small model's step on a CPU).
+    @tf.function
+    def train_step(iterator):
+        return framework.run(replica_step, next(iterator))
+
+    return train_step
+
+
+def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
+    """This process's test shard in equal batches, and the step that scores one:
+    (summed loss, correct, examples), in inference mode (dropout off, batch
+    norm's moving statistics). Called outside the strategy's replica context:
+    one process evaluates its shard on its own, with no collective."""
+    import tensorflow as tf
+
+    settings, topology = backend.settings, backend.topology
+    batch = settings.batch_size * topology.replicas_in_process
+    shard = evaluation_batches(
+        images, labels, topology.process_index, topology.num_processes, batch
+    )
+    batches = [tuple(tf.constant(part) for part in parts) for parts in shard]
+    model = backend.model
+    loss_per_example = tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+    )
+
+    @tf.function
+    def eval_step(images, labels, weights):
+        inputs = prepare_images(images, settings.image_size, model.compute_dtype, settings.dataset)
+        logits = tf.cast(model(inputs, training=False), tf.float32)
+        correct = tf.cast(tf.argmax(logits, axis=1, output_type=tf.int32) == labels, tf.float32)
+        losses = loss_per_example(labels, logits)
+        return (
+            tf.reduce_sum(losses * weights),
+            tf.reduce_sum(correct * weights),
+            tf.reduce_sum(weights),
+        )
+
+    return batches, eval_step
+
+
+class TensorFlowBackend(Backend):
+    """The TensorFlow frameworks' shared step; each framework is a subclass
+    naming its tf.distribute or Horovod class (below), as its registry entry
+    names that subclass."""
+
+    framework_class: type[Framework]
+
+    def prepare(self) -> None:
+        settings = self.settings
+        if settings.xla and settings.device == "cpu":
+            # XLA auto-clustering only touches CPU ops with this flag; it must be
+            # in the environment before TensorFlow reads its flags.
+            os.environ["TF_XLA_FLAGS"] = (
+                os.environ.get("TF_XLA_FLAGS", "") + " --tf_xla_cpu_global_jit"
+            ).strip()
+        import tensorflow as tf
+
+        self.out_of_memory_errors = (tf.errors.ResourceExhaustedError, MemoryError)
+        framework = self.framework = create_framework(
+            self.framework_class, settings, self.options, self.topology
+        )
+        if settings.xla:
+            # Auto-clustering compiles what XLA can and leaves the rest, which
+            # keeps Horovod's collectives (not XLA ops) working.
+            tf.config.optimizer.set_jit("autoclustering")
+        tf.keras.mixed_precision.set_global_policy(_POLICIES[settings.precision])
+        tf.keras.utils.set_random_seed(settings.seed)
+        with framework.scope():
+            self.model = build_model(
+                settings.model, settings.image_size, settings.num_classes, settings.input_channels
+            )
+            self.optimizer = make_optimizer(settings)
+        train, test = self.read_splits()
+        if train:  # one global batch of its shapes (compile_untouched)
+            self.train_like = tuple(part[: settings.global_batch_size] for part in train)
+        self.iterator = framework.make_iterator(make_dataset_fn(settings, train))
+        self.train_step = build_train_step(framework, self.model, self.optimizer, settings)
+        if test:
+            self.test_batches, self.eval_step = build_evaluation(self, *test)
+
+    def compile_untouched(self) -> None:
+        # A traced step's first call also optimises and instantiates its graph
+        # (and Horovod sets up its collectives and broadcasts): a second or
+        # more that is not training. It runs here, on zero images of the
+        # data's shapes, then the model and optimizer are put back as they
+        # were: no data is touched and nothing is learned before the clock.
+        import tensorflow as tf
+
+        with self.framework.scope():
+            self.optimizer.build(self.model.trainable_variables)
+        state = list(self.model.variables) + optimizer_variables(self.optimizer)
+        saved = [variable.numpy() for variable in state]
+        images, labels = self.train_like
+        zeros = (np.zeros_like(images), np.zeros_like(labels))
+        step_zeros = make_dataset_fn(self.settings, zeros)
+        self.read_loss(self.train_step(self.framework.make_iterator(step_zeros)))
+        for variable, value in zip(state, saved):
+            variable.assign(value)
+        self.after_first_step()  # Horovod: every rank from rank 0's state
+        for value in self.eval_step(*(tf.zeros_like(part) for part in self.test_batches[0])):
+            float(value)
+
+    def set_learning_rate(self, rate: float) -> None:
+        self.optimizer.learning_rate.assign(rate)
+
+    def evaluate(self) -> np.ndarray:
+        totals = np.zeros(3)
+        for batch in self.test_batches:
+            totals += [float(value) for value in self.eval_step(*batch)]
+        return totals
+
+    @property
+    def loss_is_global(self) -> bool:
+        return self.framework.loss_is_global
+
+    def step(self):
+        return self.train_step(self.iterator)
+
+    def after_first_step(self) -> None:
+        self.framework.after_first_step(self.model, self.optimizer)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        return self.framework.gather_rows(row)
+
+    def trainable_weights(self) -> list[np.ndarray]:
+        return [v.numpy() for v in self.model.trainable_variables]
+
+    def trainable_parameters(self) -> int:
+        return int(sum(v.shape.num_elements() for v in self.model.trainable_variables))
+
+    def peak_memory(self) -> dict:
+        if self.settings.device != "gpu":
+            return super().peak_memory()
+        import tensorflow as tf
+
+        peaks = [
+            tf.config.experimental.get_memory_info(d.name)["peak"]
+            for d in tf.config.list_logical_devices("GPU")
+        ]
+        return {"bytes": int(max(peaks)) if peaks else None, "source": "tf gpu allocator peak"}
+
+    def gpu_name(self) -> str:
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+        return details.get("device_name", "unknown GPU")
+
+    def training_flops_per_image(self) -> int:
+        s = self.settings
+        return training_flops_per_image(s.model, s.image_size, s.num_classes, s.input_channels)
+
+    def software_versions(self) -> dict:
+        import keras
+        import tensorflow as tf
+
+        build = tf.sysconfig.get_build_info()
+        return {
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "numpy": np.__version__,
+            "cuda": build.get("cuda_version"),
+            "cudnn": build.get("cudnn_version"),
+            **horovod_versions("horovod.tensorflow"),
+        }
+
+
+# One Backend per TensorFlow framework, each named by its registry entry.
+class SingleDeviceBackend(TensorFlowBackend):
+    framework_class = SingleDevice
+
+
+class HorovodBackend(TensorFlowBackend):
+    framework_class = Horovod
+
+
+class MirroredBackend(TensorFlowBackend):
+    framework_class = Mirrored
+
+
+class MultiWorkerBackend(TensorFlowBackend):
+    framework_class = MultiWorker

@@ -1,0 +1,286 @@
+"""The PyTorch ecosystem behind the loop's seam (trainscale.harness.backend), and torch-single.
+
+One training step for every torch framework (TorchBackend.step), as the
+TensorFlow frameworks share theirs: the batch, the forward pass, the loss,
+then the framework's update. TorchBackend itself is torch-single (one
+process, plain autograd); a distributed framework is a subclass in a module
+of its own that overrides only the hooks it needs:
+- connect() and device_index(): how processes find each other and which
+  device a rank takes (trainscale.frameworks.torch.torch_distributed holds torch.distributed's
+  rendezvous, rank variables, gather and close for DDP, FSDP2 and DeepSpeed);
+- build(module): the model to call and its optimizer, built together, so a
+  framework may wrap the module (DDP), shard it before the optimizer sees its
+  parameters (FSDP2), or hand both to an engine of its own (DeepSpeed);
+- update(objective): backward and the optimizer step (an engine runs its own);
+- trainable_weights(): whole weights, gathered where they are sharded;
+- precision_by_autocast: False where the framework casts itself (FSDP2's
+  MixedPrecisionPolicy, DeepSpeed's bf16/fp16 config).
+
+Loss convention, as in trainscale.frameworks.tensorflow.strategies: every replica computes
+sum(per-example loss) / GLOBAL batch, and gradients are SUMMED over replicas,
+giving the gradient of the mean loss over the global batch, exactly what
+torch-single computes on the whole batch. Horovod sums (op=hvd.Sum). DDP,
+FSDP2 and DeepSpeed AVERAGE over ranks, so each of their ranks
+back-propagates its share times the world size (gradient_scale): the same
+gradient (tests/torch/test_equivalence.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainscale.core.accuracy import evaluation_batches
+from trainscale.core.datasets import DATASETS
+from trainscale.harness.backend import Backend, DeviceError, horovod_versions
+from trainscale.harness.data import numpy_batches, synthetic_batch
+from trainscale.harness.flops import TRAINING_OVER_FORWARD
+from trainscale.harness.torch_models import build_torch_model
+from trainscale.study.settings import cpu_share
+
+_AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class TorchBackend(Backend):
+    """torch-single; a distributed framework overrides the hooks below."""
+
+    # ---- hooks of the distributed frameworks --------------------------------
+
+    def connect(self) -> int:
+        """Join the other processes (filling self.topology); return how many share this node."""
+        return 1
+
+    def device_index(self, visible: int) -> int:
+        return 0
+
+    def build(self, module):
+        """(the model to call, its optimizer) for `module`, already on its device."""
+        return module, self.make_optimizer(module.parameters())
+
+    def update(self, objective) -> None:
+        """Backward for `objective` (this replica's loss x gradient_scale), and the step."""
+        self.optimizer.zero_grad()  # torch >= 2.0: set_to_none; Horovod takes no argument
+        if self.scaler is None:
+            objective.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(objective).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+    # Each rank's loss is multiplied by this before backward (see the docstring).
+    gradient_scale = 1.0
+    # Whether torch.autocast applies --precision (else the framework casts).
+    precision_by_autocast = True
+    # Whether the framework scales an fp16 loss itself (else a GradScaler does).
+    scales_fp16_loss = False
+    # The dtype the batches are cast to, where the framework's model holds
+    # bf16/fp16 parameters itself (DeepSpeed); None: as prepared.
+    input_dtype = None
+
+    # ---- the shared step ----------------------------------------------------
+
+    def prepare(self) -> None:
+        s = self.settings
+        self.out_of_memory_errors = (torch.cuda.OutOfMemoryError, MemoryError)
+        self._take_device(processes_on_node=self.connect())
+        if self.topology.num_processes != s.replicas:
+            raise DeviceError(
+                f"{s.framework} was launched with {self.topology.num_processes} ranks but the "
+                f"run asks for {s.replicas} ({s.nodes} nodes x {s.gpus_per_node} per node)"
+            )
+        torch.manual_seed(s.seed)  # the same initial weights in every process
+        self.memory_format = torch.channels_last if s.channels_last else torch.contiguous_format
+        module = build_torch_model(s.model, s.image_size, s.num_classes, s.input_channels)
+        module = module.to(self.device)
+        self.module = module.to(memory_format=self.memory_format)
+        self.parameter_count = sum(p.numel() for p in module.parameters() if p.requires_grad)
+        model, self.optimizer = self.build(self.module)
+        self.model = torch.compile(model) if s.compile else model
+        self.autocast = _AUTOCAST.get(s.precision) if self.precision_by_autocast else None
+        # float16 gradients underflow without loss scaling; bfloat16 needs none.
+        fp16 = s.precision == "fp16" and not self.scales_fp16_loss
+        self.scaler = torch.amp.GradScaler(self.device.type) if fp16 else None
+        train, test = self.read_splits()
+        self.batches = self._batches(train)
+        if test:
+            self.test_batches = self._test_batches(*test)
+
+    def _take_device(self, processes_on_node: int) -> None:
+        if self.settings.device == "cpu":
+            # Each process gets its share of the cores, as for TensorFlow.
+            torch.set_num_threads(cpu_share(processes_on_node))
+            self.device = torch.device("cpu")
+            self.topology.devices = ["cpu"]
+            return
+        visible = torch.cuda.device_count()
+        index = self.device_index(visible)
+        if index >= visible:
+            raise DeviceError(
+                f"{self.settings.framework} process {self.topology.process_index} needs GPU "
+                f"{index} but "
+                f"sees {visible} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
+            )
+        torch.cuda.set_device(index)
+        self.device = torch.device("cuda", index)
+        self.topology.devices = [f"cuda:{index} ({torch.cuda.get_device_name(index)})"]
+
+    def make_optimizer(self, parameters):
+        s = self.settings
+        if s.optimizer == "adam":
+            # Keras's Adam defaults: epsilon 1e-7 (torch's is 1e-8).
+            return torch.optim.Adam(parameters, lr=s.learning_rate, eps=1e-7)
+        return torch.optim.SGD(parameters, lr=s.learning_rate)
+
+    def _batches(self, train):
+        """Model-ready (images, labels) on the device, one pair per step, for ever."""
+        s = self.settings
+        if train is None:  # synthetic
+            images, labels = synthetic_batch(
+                shard_index=self.topology.process_index,
+                batch_size=s.batch_size,
+                image_size=s.image_size,
+                num_classes=s.num_classes,
+                seed=s.seed,
+            )
+            # Laid out for the model once, on the host; copied to the device
+            # every step, as TensorFlow's iterator copies its synthetic batch.
+            images = self.prepare_images(torch.from_numpy(images))
+            labels = torch.from_numpy(labels).long()
+            if self.device.type == "cuda":  # page-locked: the copy can be asynchronous
+                images, labels = images.pin_memory(), labels.pin_memory()
+            while True:
+                yield images.to(self.device, non_blocking=True), labels.to(self.device)
+        for image_batch, label_batch in numpy_batches(
+            *train,
+            shard_index=self.topology.process_index,
+            num_shards=self.topology.num_processes,
+            batch_size=s.batch_size,
+            seed=s.seed,
+            augment=s.augmentation != "none",
+        ):
+            # uint8 at its native size crosses to the device; normalising and resizing
+            # happen there, as in TensorFlow's step.
+            on_device = torch.from_numpy(image_batch).to(self.device, non_blocking=True)
+            yield self.prepare_images(on_device), torch.from_numpy(label_batch).to(self.device)
+
+    def _test_batches(self, images: np.ndarray, labels: np.ndarray) -> list:
+        """This process's test shard in equal batches (uint8 images, labels, weights)."""
+        topology = self.topology
+        shard = evaluation_batches(
+            images, labels, topology.process_index, topology.num_processes, self.settings.batch_size
+        )
+        return [
+            (torch.from_numpy(x), torch.from_numpy(y).long(), torch.from_numpy(w))
+            for x, y, w in shard
+        ]
+
+    def set_learning_rate(self, rate: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+
+    def evaluate(self) -> np.ndarray:
+        self.model.eval()  # dropout off, batch norm's running statistics
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        with torch.no_grad():
+            for images, labels, weights in self.test_batches:
+                images = self.prepare_images(images.to(self.device))
+                labels, weights = labels.to(self.device), weights.to(self.device)
+                if self.autocast is None:
+                    logits = self.model(images).float()
+                else:
+                    with torch.autocast(self.device.type, self.autocast):
+                        logits = self.model(images).float()
+                losses = F.cross_entropy(logits, labels, reduction="none")
+                correct = (logits.argmax(dim=1) == labels).float()
+                totals += torch.stack([losses @ weights, correct @ weights, weights.sum()])
+        self.model.train()
+        return totals.cpu().numpy()
+
+    def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
+        """As data.prepare_images: uint8 -> normalised float, NHWC -> NCHW, resized."""
+        if images.dtype == torch.uint8:
+            dataset = DATASETS[self.settings.dataset]
+            mean = torch.tensor(dataset.mean, device=images.device)
+            std = torch.tensor(dataset.std, device=images.device)
+            images = (images.float() / 255.0 - mean) / std
+        images = images.permute(0, 3, 1, 2)
+        size = self.settings.image_size
+        if images.shape[-1] != size or images.shape[-2] != size:
+            # TensorFlow's bilinear resize samples at half-pixel centres, as
+            # align_corners=False does.
+            images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+        if self.input_dtype is not None:
+            images = images.to(self.input_dtype)
+        return images.contiguous(memory_format=self.memory_format)
+
+    def step(self):
+        images, labels = next(self.batches)
+        if self.autocast is None:
+            logits = self.model(images)
+        else:
+            with torch.autocast(self.device.type, self.autocast):
+                logits = self.model(images)
+        # float(): the logits of a model in half precision (no-op in fp32).
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum")
+        loss = loss / self.settings.global_batch_size
+        self.update(loss if self.gradient_scale == 1 else loss * self.gradient_scale)
+        return loss.detach()
+
+    def read_loss(self, loss) -> float:
+        return float(loss.item())  # waits for the device: the block's sync
+
+    # ---- what the record needs ----------------------------------------------
+
+    def trainable_weights(self) -> list[np.ndarray]:
+        # A copy: on the CPU, .numpy() would share the parameter's memory and
+        # the "initial" weights would move with training.
+        return [
+            p.detach().cpu().numpy().copy() for p in self.module.parameters() if p.requires_grad
+        ]
+
+    def trainable_parameters(self) -> int:
+        return self.parameter_count  # counted before any framework sharded the module
+
+    def peak_memory(self) -> dict:
+        if self.settings.device != "gpu":
+            return super().peak_memory()
+        peak = torch.cuda.max_memory_allocated(self.device)
+        return {"bytes": int(peak), "source": "torch cuda allocator peak"}
+
+    def gpu_name(self) -> str:
+        return torch.cuda.get_device_name(self.device)
+
+    def training_flops_per_image(self) -> int:
+        s = self.settings
+        return TRAINING_OVER_FORWARD * torch_forward_flops_per_image(
+            s.model, s.image_size, s.num_classes, s.input_channels
+        )
+
+    def software_versions(self) -> dict:
+        return {
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+            **horovod_versions("horovod.torch"),
+        }
+
+
+def torch_forward_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
+    """FLOPs of one forward pass of one image, as torch's FlopCounterMode counts them:
+    convolutions and matrix products (2 per multiply-add), on shapes only (meta device)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = build_torch_model(model_name, image_size, num_classes, channels).eval()
+        images = torch.empty(1, channels, image_size, image_size)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(images)
+    return int(counter.get_total_flops())

@@ -1,0 +1,1 @@
+"""The one timed training loop, the seam its backends fill, data, models, FLOPs."""

@@ -1,0 +1,217 @@
+"""The seam between the timed loop and an ecosystem's training code.
+
+trainscale.harness.training runs the same loop for every framework: warm-up steps,
+timed blocks each ended by reading the loss (the device sync), every
+process's block rate gathered, then the record. Everything that depends on
+TensorFlow or torch sits behind a Backend, built once per process:
+
+- prepare(): processes find each other, pick their devices, build the model,
+  the optimizer, the precision policy, the sharded input and the compiled
+  step. Afterwards `topology` says where this process stands.
+- step() runs one training step and returns the loss as the device holds it;
+  read_loss() turns it into a float, which waits for the step to finish.
+- gather_rows() stacks a row of floats from every process with the
+  framework's own collective (Horovod's allgather, the strategy's all-reduce,
+  torch.distributed's all_gather): the record's total rate is the SUM of
+  every process's rate.
+- out_of_memory_errors: the exceptions that mean the device ran out of
+  memory, which `trainscale train` turns into an `oom` record.
+
+trainscale.study.registry says where each framework's Backend is (`backend`);
+trainscale.harness.training imports that module only, so a torch run never imports
+TensorFlow and the other way round.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainscale.core.slurm import horovod_env_from_slurm
+from trainscale.study.settings import RunOptions, RunSettings
+
+
+class DeviceError(RuntimeError):
+    """The process sees fewer devices than the run asked for."""
+
+
+def require_cuda_devices(count: int) -> None:
+    """Fail unless CUDA_VISIBLE_DEVICES names at least `count` devices.
+
+    What SLURM gave this process is checked before TensorFlow starts, so a
+    launcher that hides GPUs (a step wrapped in `srun -n1` without --gpus,
+    say) is caught even on a CPU run, and no number is reported for it.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    devices = [d for d in (visible or "").split(",") if d.strip()]
+    if len(devices) < count:
+        raise DeviceError(
+            f"this process was given {count} GPU(s) per the job request but sees "
+            f"{len(devices)} (CUDA_VISIBLE_DEVICES={visible if visible is not None else '<unset>'})"
+        )
+
+
+@dataclass
+class Topology:
+    """Where this process stands among the run's: what a framework's set-up
+    finds out, written there once (the TensorFlow frameworks fill the
+    backend's own)."""
+
+    num_processes: int = 1
+    process_index: int = 0
+    replicas_in_process: int = 1
+    devices: list[str] = field(default_factory=list)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def num_replicas(self) -> int:
+        return self.num_processes * self.replicas_in_process
+
+
+class Backend:
+    # Whether step()'s loss is already the global mean (tf.distribute reduces
+    # it over replicas) or only this process's share, to be summed.
+    loss_is_global = True
+    out_of_memory_errors: tuple[type[BaseException], ...] = (MemoryError,)
+    # Whether a rank's process, its run done, may go through Python's own
+    # finalization (trainscale.cli._train); see TorchDistributed's reason not to.
+    finalizes_at_exit = True
+
+    def __init__(self, settings: RunSettings, options: RunOptions):
+        self.settings = settings
+        self.options = options
+        self.topology = Topology()
+
+    def prepare(self) -> None:
+        raise NotImplementedError
+
+    def step(self):
+        raise NotImplementedError
+
+    def after_first_step(self) -> None:
+        """Called once, after the first warm-up step (Horovod-TF broadcasts there)."""
+
+    # -- accuracy mode (trainscale.core.accuracy) --------------------------------
+
+    # Examples in the training split, set by read_splits() (0: synthetic data).
+    train_examples = 0
+
+    def read_splits(self) -> tuple:
+        """(train, test) as (images, labels), read once in prepare(): train None
+        for synthetic data, test None outside accuracy mode."""
+        from trainscale.core.datasets import DATASETS
+
+        s = self.settings
+        dataset = DATASETS[s.dataset]
+        if dataset.release is None:
+            return None, None
+        train = dataset.load(s.data_dir)
+        self.train_examples = len(train[0])
+        return train, dataset.load(s.data_dir, "test") if s.mode == "accuracy" else None
+
+    def compile_untouched(self) -> None:
+        """Compile the training and evaluation steps without touching any data,
+        before the clock starts (default: nothing to compile)."""
+
+    def set_learning_rate(self, rate: float) -> None:
+        raise NotImplementedError
+
+    def evaluate(self) -> np.ndarray:
+        """This process's share of the test split (accuracy.evaluation_shard),
+        with the model in inference mode: [summed loss, correct, examples]."""
+        raise NotImplementedError
+
+    def read_loss(self, loss) -> float:
+        return float(loss)
+
+    def gather_rows(self, row: np.ndarray) -> np.ndarray:
+        """Stack a 1-D float row from every process: shape (num_processes, len(row))."""
+        return np.asarray(row, dtype=np.float64)[None, :]
+
+    def gather_json(self, value, width: int = 4096) -> list:
+        """Gather one JSON-able value from every process, through gather_rows."""
+        blob = json.dumps(value).encode()
+        if len(blob) > width:
+            raise ValueError(f"value too large to gather ({len(blob)} > {width} bytes)")
+        row = np.zeros(width, dtype=np.float64)
+        row[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+        rows = self.gather_rows(row).astype(np.uint8)
+        return [json.loads(bytes(r).rstrip(b"\0").decode()) for r in rows]
+
+    def trainable_weights(self) -> list[np.ndarray]:
+        """The model's whole trainable weights, in the model's order (the
+        equivalence tests). Every process calls it: a framework that shards
+        them gathers them here."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Leave the other processes cleanly, once the run is recorded (default: nothing)."""
+
+    def trainable_parameters(self) -> int:
+        """How many numbers the model trains: what a gradient all-reduce moves
+        (trainscale.analysis.predict), sharded or not."""
+        raise NotImplementedError
+
+    def framework_config(self) -> dict:
+        """What the framework was configured with beyond the settings (DeepSpeed's
+        config), for the record; {} when nothing."""
+        return {}
+
+    def peak_memory(self) -> dict:
+        """The peak memory of one replica of this process: on GPUs the
+        allocator's peak of its device (the largest, for several), on CPUs
+        the process's peak resident memory (which its replicas share)."""
+        import resource
+
+        rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return {"bytes": int(rss_kib) * 1024, "source": "process peak RSS (CPU run)"}
+
+    def gpu_name(self) -> str:
+        raise NotImplementedError
+
+    def training_flops_per_image(self) -> int:
+        raise NotImplementedError
+
+    def software_versions(self) -> dict:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------
+# Horovod, the same in both ecosystems
+# --------------------------------------------------------------------------
+
+
+def init_horovod(hvd, settings: RunSettings) -> None:
+    """hvd.init() for horovod.tensorflow or horovod.torch, with trainscale's settings."""
+    if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
+        os.environ.update(horovod_env_from_slurm())
+    # Read by Horovod's background thread when it starts, in hvd.init().
+    threshold = round(settings.horovod_fusion_threshold_mb * 2**20)
+    os.environ["HOROVOD_FUSION_THRESHOLD"] = str(threshold)
+    hvd.init()
+
+
+def horovod_wire_compression(hvd, settings: RunSettings):
+    """Horovod's compression of gradients on the wire, as --horovod-compression says."""
+    return {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}[
+        settings.horovod_compression
+    ]
+
+
+def horovod_versions(module: str) -> dict:
+    """Horovod's version and whether it has NCCL, as `module` (horovod.torch,
+    horovod.tensorflow) was built; None where it is not installed."""
+    try:
+        import horovod
+
+        hvd = importlib.import_module(module)
+    except ImportError:
+        return {"horovod": None, "horovod_nccl": None}
+    return {"horovod": horovod.__version__, "horovod_nccl": hvd.nccl_built() or None}

@@ -1,0 +1,187 @@
+"""Training data: the pipelines that feed a data set's images to the replicas.
+
+What each data set is, and the readers of its files, are trainscale.core.datasets.
+
+Sharding: every replica reads a different shard. The example order is one
+fixed random permutation of the training set (seeded); shard k of n takes
+every n-th example of it from k. So the first global batch is the same set of
+examples whatever the number of replicas, which is what lets the gradient
+equivalence test compare a 2-replica step with a 1-replica step.
+
+Augmentation (the data set's own: pad-and-crop and horizontal flip for CIFAR,
+none for the MNIST family, whose digits a flip would change) is stateless and
+seeded by the example's index, for the same reason: it does not depend on the
+sharding.
+
+Two pipelines read the same shards: tf.data for the TensorFlow frameworks,
+plain NumPy batches for the torch ones (numpy_batches). Both crop and flip
+the same way, but draw their offsets from different generators (TensorFlow's
+stateless RNG; a SplitMix64 hash of seed and index here), so the two
+ecosystems see equally random, not identical, augmented images. The
+synthetic batch is identical in both (synthetic_batch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainscale.core.datasets import DATASETS, DataError
+
+# --------------------------------------------------------------------------
+# Sharding and the tf.data pipelines
+# --------------------------------------------------------------------------
+
+
+def shard_indices(num_examples: int, shard_index: int, num_shards: int, seed: int) -> np.ndarray:
+    """Indices of the examples shard `shard_index` of `num_shards` reads, in order."""
+    if not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard {shard_index} of {num_shards} does not exist")
+    order = np.random.default_rng(seed).permutation(num_examples)
+    return order[shard_index::num_shards]
+
+
+def _batchable_shard(
+    num_examples: int, shard_index: int, num_shards: int, batch_size: int, seed: int
+) -> np.ndarray:
+    """shard_indices, refused when the shard does not fill one batch."""
+    indices = shard_indices(num_examples, shard_index, num_shards, seed)
+    if len(indices) < batch_size:
+        raise DataError(
+            f"shard {shard_index} of {num_shards} holds {len(indices)} images, "
+            f"fewer than one batch of {batch_size}"
+        )
+    return indices
+
+
+def image_dataset(
+    images: np.ndarray,
+    labels: np.ndarray,
+    *,
+    shard_index: int,
+    num_shards: int,
+    batch_size: int,
+    seed: int,
+    augment: bool,
+):
+    """Batches of (uint8 NHWC images, int32 labels) from one shard, repeated forever.
+
+    Images stay uint8 at their native size here: normalising and resizing to
+    the model's input size happen inside the training step (prepare_images),
+    on the accelerator, where they are cheapest and do not starve the input
+    pipeline. `augment` is the data set's crop-and-flip (callers pass False
+    for a data set without one).
+    """
+    import tensorflow as tf
+
+    indices = _batchable_shard(len(images), shard_index, num_shards, batch_size, seed)
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (images[indices], labels[indices], indices.astype(np.int64))
+    )
+    dataset = dataset.cache().repeat()
+    if augment:
+        side, channels = images.shape[1], images.shape[3]
+
+        def augment_example(image, label, index):
+            key = tf.stack([tf.constant(seed, tf.int64), index])
+            padded = tf.image.pad_to_bounding_box(image, 4, 4, side + 8, side + 8)
+            image = tf.image.stateless_random_crop(padded, [side, side, channels], seed=key)
+            image = tf.image.stateless_random_flip_left_right(image, seed=key + 1)
+            return image, label
+
+        dataset = dataset.map(augment_example, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        dataset = dataset.map(lambda image, label, index: (image, label))
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def synthetic_batch(
+    *, shard_index: int, batch_size: int, image_size: int, num_classes: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One replica's random batch: float32 NHWC images and int32 labels."""
+    rng = np.random.default_rng([seed, shard_index])
+    images = rng.standard_normal((batch_size, image_size, image_size, 3), dtype=np.float32)
+    labels = rng.integers(0, num_classes, size=batch_size).astype(np.int32)
+    return images, labels
+
+
+def synthetic_dataset(*, shard_indices, **batch):
+    """One random batch per replica, repeated (Horovod's synthetic benchmark).
+
+    An input pipeline feeding several replicas (MirroredStrategy's one
+    pipeline) yields their batches in turn, which tf.distribute hands out
+    round-robin: replica r of the run trains on synthetic_batch(shard_index=r)
+    whichever framework runs it, as the examples' synthetic data does.
+    """
+    import tensorflow as tf
+
+    batches = [synthetic_batch(shard_index=index, **batch) for index in shard_indices]
+    images, labels = (np.stack(parts) for parts in zip(*batches))
+    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
+
+
+# --------------------------------------------------------------------------
+# NumPy batches (the torch frameworks)
+# --------------------------------------------------------------------------
+
+
+def _splitmix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function: well-mixed 64-bit words from a counter, vectorised."""
+    with np.errstate(over="ignore"):
+        z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def augment_batch(images: np.ndarray, indices: np.ndarray, seed: int) -> np.ndarray:
+    """Pad by 4, crop back to size and maybe flip, each example keyed by (seed, index)."""
+    words = _splitmix64(indices.astype(np.uint64) ^ _splitmix64(np.array([seed]))[0])
+    rows, cols = (words % 9).astype(np.intp), ((words >> np.uint64(8)) % 9).astype(np.intp)
+    flip = ((words >> np.uint64(16)) & np.uint64(1)).astype(bool)
+    padded = np.pad(images, ((0, 0), (4, 4), (4, 4), (0, 0)))
+    side = np.arange(images.shape[1])
+    crop_rows = (rows[:, None] + side)[:, :, None]
+    crop_cols = (cols[:, None] + np.where(flip[:, None], side[::-1], side))[:, None, :]
+    return padded[np.arange(len(images))[:, None, None], crop_rows, crop_cols]
+
+
+def numpy_batches(
+    images: np.ndarray,
+    labels: np.ndarray,
+    *,
+    shard_index: int,
+    num_shards: int,
+    batch_size: int,
+    seed: int,
+    augment: bool,
+):
+    """image_dataset's batches as NumPy arrays, for ever: (uint8 NHWC images, int64 labels)."""
+    indices = _batchable_shard(len(images), shard_index, num_shards, batch_size, seed)
+    # As tf.data's repeat().batch(drop_remainder=True): batches run on across
+    # the end of the shard into its next pass.
+    position = 0
+    while True:
+        chosen = indices[(position + np.arange(batch_size)) % len(indices)]
+        position = (position + batch_size) % len(indices)
+        batch = images[chosen]
+        if augment:
+            batch = augment_batch(batch, chosen, seed)
+        yield batch, labels[chosen].astype(np.int64)
+
+
+def prepare_images(images, image_size: int, compute_dtype: str, dataset: str):
+    """Turn a batch from either pipeline into model input: float, normalised, resized.
+
+    Decided at trace time from static shapes, so a synthetic batch that is
+    already float at the right size costs nothing here.
+    """
+    import tensorflow as tf
+
+    if images.dtype == tf.uint8:
+        spec = DATASETS[dataset]
+        images = tf.cast(images, tf.float32) / 255.0
+        images = (images - tf.constant(spec.mean)) / tf.constant(spec.std)
+    if images.shape[1] != image_size or images.shape[2] != image_size:
+        images = tf.image.resize(images, [image_size, image_size], method="bilinear")
+    return tf.cast(images, compute_dtype)

@@ -1,0 +1,115 @@
+"""Model FLOPs utilisation: the work per image, and the device's peak.
+
+FLOPs per image are counted from the model's own graph (TensorFlow's
+profiler over the frozen forward pass at batch 1, a multiply-add counted as
+2 FLOPs), so every model and image size gets its number the same way. A
+training step costs about 3x the forward pass (the backward pass computes
+gradients for both activations and weights, each about one forward pass):
+the usual convention for MFU, which leaves out optimizer updates and input
+preparation.
+
+Peaks are dense (no structured sparsity) tensor-core or vector rates from the
+vendors' data sheets, per GPU, by precision. TensorFlow runs float32 matmuls
+and convolutions as TF32 on Ampere and later by default, so `fp32` there is
+compared with the TF32 peak.
+"""
+
+from __future__ import annotations
+
+import functools
+
+TRAINING_OVER_FORWARD = 3
+
+# Trainable parameters (Keras's count, the harness's models, 100 classes), for
+# records written before the harness recorded `trainable_parameters`
+# (trainscale.analysis.predict sizes the gradient all-reduce from it).
+KNOWN_TRAINABLE_PARAMETERS = {
+    ("vgg16", 224): 134_670_244,
+    ("vgg16", 32): 34_006_948,
+    ("vgg19", 224): 139_979_940,
+    ("vgg19", 32): 39_316_644,
+    ("resnet50", 224): 23_739_492,
+    ("resnet50", 32): 23_739_492,
+    ("small_cnn", 224): 2_819_930,
+    ("small_cnn", 32): 35_930,
+}
+
+# TFLOP/s per GPU (SXM parts, dense), by the run's --precision.
+PEAK_TFLOPS = {
+    "V100": {"fp32": 15.7, "fp16": 125.0},
+    "A100": {"fp32": 156.0, "fp16": 312.0, "bf16": 312.0},
+    "H100": {"fp32": 494.7, "fp16": 989.4, "bf16": 989.4},
+    "H200": {"fp32": 494.7, "fp16": 989.4, "bf16": 989.4},
+}
+PEAK_BASIS = {
+    "V100": "V100 SXM2: FP32 vector / FP16 tensor cores",
+    "A100": "A100 SXM: TF32 (TensorFlow's float32 default) / FP16, BF16 tensor cores, dense",
+    "H100": "H100 SXM: TF32 (TensorFlow's float32 default) / FP16, BF16 tensor cores, dense",
+    "H200": "H200 SXM: TF32 (TensorFlow's float32 default) / FP16, BF16 tensor cores, dense",
+}
+
+
+def gpu_model(device_name: str | None) -> str | None:
+    """The peak table's key for a device name such as 'NVIDIA H100 80GB HBM3'."""
+    for key in PEAK_TFLOPS:
+        if device_name and key in device_name.upper():
+            return key
+    return None
+
+
+def peak_tflops(device_name: str | None, precision: str) -> float | None:
+    """Peak TFLOP/s of one such device at `precision`, or None if unknown."""
+    key = gpu_model(device_name)
+    return PEAK_TFLOPS[key].get(precision) if key else None
+
+
+@functools.lru_cache(maxsize=None)  # functools.cache is 3.9+
+def forward_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
+    """FLOPs of one forward pass of one image, counted from the Keras model's graph."""
+    import tensorflow as tf
+
+    from trainscale.harness.models import build_model
+
+    model = build_model(model_name, image_size, num_classes, channels)
+    spec = tf.TensorSpec([1, image_size, image_size, channels], tf.float32)
+    # The traced forward pass: every op with static shapes, the weights as
+    # variable reads (their shapes are all the count needs).
+    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
+    options = (
+        tf.compat.v1.profiler.ProfileOptionBuilder(
+            tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+        )
+        .with_empty_output()
+        .build()
+    )
+    profile = tf.compat.v1.profiler.profile(graph=graph, cmd="op", options=options)
+    return int(profile.total_float_ops)
+
+
+def training_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
+    forward = forward_flops_per_image(model_name, image_size, num_classes, channels)
+    return TRAINING_OVER_FORWARD * forward
+
+
+def utilisation(
+    images_per_sec: float | None,
+    flops_per_image: int,
+    devices: int,
+    device_name: str | None,
+    precision: str,
+) -> dict:
+    """Achieved TFLOP/s and MFU of a run over `devices` devices (None where unknown)."""
+    achieved = images_per_sec * flops_per_image / 1e12 if images_per_sec else None
+    peak = peak_tflops(device_name, precision)
+    key = gpu_model(device_name)
+    return {
+        "training_flops_per_image": flops_per_image,
+        "achieved_tflops": achieved,
+        "peak_tflops_per_device": peak,
+        "peak_basis": PEAK_BASIS[key] if key else "unknown: device not in the peak table",
+        "mfu": achieved / (peak * devices) if achieved and peak else None,
+    }

@@ -1,0 +1,80 @@
+"""Models by name, all untrained (weights=None) and returning logits.
+
+Logits rather than softmax outputs: the loss is computed from logits in
+float32, which is numerically safer and is what mixed precision needs.
+"""
+
+from __future__ import annotations
+
+from trainscale.study.settings import MODEL_MIN_IMAGE_SIZE, MODELS, SettingsError
+
+
+def _applications_model(constructor_name: str, **extra):
+    def build(image_size: int, num_classes: int, channels: int):
+        import tensorflow as tf
+
+        constructor = getattr(tf.keras.applications, constructor_name)
+        return constructor(
+            weights=None,
+            input_shape=(image_size, image_size, channels),
+            classes=num_classes,
+            classifier_activation=None,
+            **extra,
+        )
+
+    return build
+
+
+def _small_cnn(image_size: int, num_classes: int, channels: int):
+    """The CNN of seed 003 (PyTorch's MNIST example): 21,840 parameters at 28x28x1, 10 classes.
+
+    conv 10@5x5 -> maxpool 2 -> relu -> conv 20@5x5 -> dropout -> maxpool 2 ->
+    relu -> dense 50 -> relu -> dropout -> dense classes. Larger inputs, more
+    channels or classes grow the first dense layer and the classifier.
+    """
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    return tf.keras.Sequential(
+        [
+            layers.Input((image_size, image_size, channels)),
+            layers.Conv2D(10, 5, name="conv1"),
+            layers.MaxPooling2D(2),
+            layers.ReLU(),
+            layers.Conv2D(20, 5, name="conv2"),
+            layers.SpatialDropout2D(0.5, name="conv2_drop"),
+            layers.MaxPooling2D(2),
+            layers.ReLU(),
+            layers.Flatten(),
+            layers.Dense(50, activation="relu", name="fc1"),
+            layers.Dropout(0.5),
+            layers.Dense(num_classes, name="fc2"),
+        ],
+        name="small_cnn",
+    )
+
+
+_BUILDERS = {
+    # The paper's model: the standard Keras VGG-16 with 100 classes. Keras
+    # ignores `pooling` when the classifier top is included; it is passed as
+    # the paper's code did, and the top (two 4096-wide dense layers) is what
+    # makes VGG-16 communication-heavy and so interesting to scale.
+    "vgg16": _applications_model("VGG16", pooling="max"),
+    "vgg19": _applications_model("VGG19", pooling="max"),
+    "resnet50": _applications_model("ResNet50"),
+    "inception_v3": _applications_model("InceptionV3"),
+    "mobilenet_v2": _applications_model("MobileNetV2"),
+    "small_cnn": _small_cnn,
+}
+assert set(_BUILDERS) == set(MODELS), "settings.MODELS and models._BUILDERS disagree"
+
+
+def build_model(name: str, image_size: int, num_classes: int, channels: int = 3):
+    """Build model `name` for square inputs of side `image_size`."""
+    if name not in _BUILDERS:
+        raise SettingsError(f"--model {name!r} is unknown; choose one of {', '.join(MODELS)}")
+    if image_size < MODEL_MIN_IMAGE_SIZE[name]:
+        raise SettingsError(
+            f"--image-size {image_size} is below {name}'s minimum of {MODEL_MIN_IMAGE_SIZE[name]}"
+        )
+    return _BUILDERS[name](image_size, num_classes, channels)

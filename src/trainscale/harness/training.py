@@ -1,0 +1,312 @@
+"""The timed benchmark loop and the record it writes, the same for every framework.
+
+What differs between frameworks and ecosystems is behind trainscale.harness.backend;
+this module imports neither TensorFlow nor torch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import numpy as np
+
+from trainscale.core import records
+from trainscale.core.accuracy import learning_rate, peak_learning_rate, time_to_target
+from trainscale.core.gpu_monitor import GpuMonitor, combine, nvml_monitor
+from trainscale.core.timing import BlockBudget, BlockTimes, Stopwatch
+from trainscale.harness.backend import Backend, require_cuda_devices
+from trainscale.harness.flops import utilisation
+from trainscale.study.settings import RunOptions, RunSettings
+
+
+class OutOfMemory(Exception):
+    """The device (or host) ran out of memory: a result of the grid point, not a crash."""
+
+
+def log(message: str) -> None:
+    print(f"[trainscale] {message}", file=sys.stderr, flush=True)
+
+
+def process_age() -> float:
+    """Seconds since this process started (interpreter start-up and imports included)."""
+    try:
+        with open("/proc/self/stat") as handle:
+            start_ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as handle:
+            uptime = float(handle.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def device_name(backend: Backend) -> str:
+    """What the replicas run on: the GPU's name as the driver gives it, or the CPU model."""
+    if backend.settings.device == "gpu":
+        return backend.gpu_name()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def start_gpu_monitor(settings: RunSettings) -> GpuMonitor | str:
+    """NVML sampling of this process's GPUs through the timed part; on a CPU
+    run, or without NVML, the reason there is none."""
+    if settings.device != "gpu":
+        return "CPU run: no GPU to sample"
+    monitor = nvml_monitor()
+    return monitor.start() if isinstance(monitor, GpuMonitor) else monitor
+
+
+def process_description(backend: Backend) -> dict:
+    topology = backend.topology
+    return {
+        "process": topology.process_index,
+        "host": socket.gethostname(),
+        "devices": topology.devices,
+        "replicas": topology.replicas_in_process,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "peak_memory": backend.peak_memory(),
+    }
+
+
+def train(settings: RunSettings, backend_class: type[Backend], options: RunOptions | None = None):
+    """Run one process of a benchmark over the framework's `backend_class`
+    (trainscale.frameworks.tensorflow.strategies.backend_class finds it); the chief writes the
+    record. Returns it (or None).
+
+    Raises OutOfMemory when the backend says the device ran out of memory.
+    """
+    options = options or RunOptions()
+    clock = Stopwatch()
+    started_at = records.utc_now()
+    if options.expect_cuda_devices:
+        require_cuda_devices(options.expect_cuda_devices)
+    backend = backend_class(settings, options)
+    try:
+        backend.prepare()
+        initial_weights = backend.trainable_weights() if options.save_weights else None
+        if settings.mode == "accuracy":
+            backend.compile_untouched()
+        else:
+            loss_value = _warm_up(backend)
+        timing = {
+            "startup_seconds": clock.elapsed(),
+            "seconds_to_first_timed_step": process_age(),
+        }
+        monitor = start_gpu_monitor(settings)
+        if settings.mode == "accuracy":
+            blocks, measured = _epochs(backend)
+        else:
+            blocks, loss_value = _timed_blocks(backend, loss_value)
+            measured = {"final_loss": loss_value}
+        gpu = monitor.stop() if isinstance(monitor, GpuMonitor) else monitor
+        # Before the weights are gathered (a sharded framework's whole weights
+        # would count in its peak memory).
+        description = {**process_description(backend), "gpu_monitor": gpu}
+        # Every process: a framework that shards the weights gathers them.
+        final_weights = backend.trainable_weights() if options.save_weights else None
+    except backend.out_of_memory_errors as err:
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise OutOfMemory(first_line) from err
+    processes = backend.gather_json(description)
+    if not backend.topology.is_chief:
+        backend.close()
+        return None
+    record = _record(backend, blocks, processes, {**timing, **measured}, started_at)
+    if options.output:
+        records.atomic_write_json(options.output, record)
+    if options.save_weights:
+        arrays = {f"initial_{i}": w for i, w in enumerate(initial_weights)}
+        arrays.update({f"final_{i}": w for i, w in enumerate(final_weights)})
+        np.savez(options.save_weights, **arrays)
+    backend.close()
+    log(
+        f"{_who(settings)}: {record['images_per_sec']['mean']:.1f} ± "
+        f"{record['images_per_sec']['std']:.1f} img/s total over {record['blocks']} blocks"
+    )
+    return record
+
+
+def _who(settings: RunSettings) -> str:
+    return f"{settings.framework} {settings.model} {settings.replicas} replica(s)"
+
+
+def _warm_up(backend: Backend) -> float:
+    """The untimed steps: tracing or compiling, and Horovod-TF's broadcast after step 1."""
+    settings = backend.settings
+    if backend.topology.is_chief:
+        log(f"{_who(settings)}: warm-up, {settings.warmup_steps} step(s)")
+    for step in range(settings.warmup_steps):
+        loss = backend.step()
+        if step == 0:
+            backend.after_first_step()
+    return backend.read_loss(loss)
+
+
+def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, float]:
+    """Time blocks of steps until `iterations` or the time budget; returns them and the loss."""
+    settings, topology = backend.settings, backend.topology
+    blocks = BlockTimes(
+        images_per_block=settings.batch_size
+        * topology.replicas_in_process
+        * settings.steps_per_iteration,
+        replicas_in_process=topology.replicas_in_process,
+        steps_per_block=settings.steps_per_iteration,
+    )
+    budget = BlockBudget(settings.iterations, settings.time_budget_seconds)
+    for block in range(settings.iterations):
+        block_clock = Stopwatch()
+        for _ in range(settings.steps_per_iteration):
+            loss = backend.step()
+        # Reading the loss waits for the last step: the device sync that ends
+        # the block. Nothing else leaves the device inside the timed region.
+        loss_value = backend.read_loss(loss)
+        seconds = block_clock.elapsed()
+        # Outside the timed region: every process's rate, loss share and seconds.
+        gathered = backend.gather_rows(np.array([blocks.local_rate(seconds), loss_value, seconds]))
+        total = blocks.add(seconds, gathered[:, 0])
+        if not backend.loss_is_global:
+            loss_value = float(gathered[:, 1].sum())
+        if topology.is_chief:
+            log(
+                f"{_who(settings)}: block {block + 1}/{settings.iterations} "
+                f"{total:.1f} img/s total, {total / settings.replicas:.1f} per replica, "
+                f"{seconds / settings.steps_per_iteration * 1000:.1f} ms/step, "
+                f"loss {loss_value:.4f}"
+            )
+        if budget.done_after(float(gathered[:, 2].max())):
+            break
+    return blocks, loss_value
+
+
+def _epochs(backend: Backend) -> tuple[BlockTimes, dict]:
+    """Accuracy mode: train epoch by epoch, evaluating on the test split at
+    each epoch's end, until the target or --epochs (trainscale.core.accuracy)."""
+    s, topology = backend.settings, backend.topology
+    steps = backend.train_examples // s.global_batch_size
+    if steps < 1:
+        raise ValueError(
+            f"the training split's {backend.train_examples} examples hold no global batch "
+            f"of {s.global_batch_size}"
+        )
+    # An epoch is a block of the throughput statistics (timing.BlockTimes).
+    epochs = BlockTimes(
+        images_per_block=s.batch_size * topology.replicas_in_process * steps,
+        replicas_in_process=topology.replicas_in_process,
+        steps_per_block=steps,
+    )
+    curve, rate = [], None
+    clock = Stopwatch()  # starts before the first step touches the data
+    for epoch in range(s.epochs):
+        epoch_clock = Stopwatch()
+        for step in range(steps):
+            wanted = learning_rate(
+                s.learning_rate, s.replicas, s.lr_scaling, s.warmup_epochs, epoch + step / steps
+            )
+            if wanted != rate:
+                backend.set_learning_rate(wanted)
+                rate = wanted
+            loss = backend.step()  # (TensorFlow's first step ran in compile_untouched)
+        loss_value = backend.read_loss(loss)
+        seconds = epoch_clock.elapsed()
+        own = np.array([epochs.local_rate(seconds), loss_value, seconds])
+        # One collective: every process's test share and its epoch's numbers.
+        gathered = backend.gather_rows(np.concatenate([backend.evaluate(), own]))
+        wall = clock.elapsed()
+        loss_sum, correct, examples = gathered[:, :3].sum(axis=0)
+        total = epochs.add(seconds, gathered[:, 3])
+        curve.append(
+            {
+                "epoch": epoch + 1,
+                "wall_seconds": wall,
+                "train_seconds": float(gathered[:, 5].max()),
+                "images_per_sec": total,
+                "train_loss": loss_value if backend.loss_is_global else float(gathered[:, 4].sum()),
+                "test_loss": float(loss_sum / examples),
+                "test_accuracy": float(correct / examples),
+                "learning_rate": rate,
+            }
+        )
+        if topology.is_chief:
+            log(
+                f"{_who(s)}: epoch {epoch + 1}/{s.epochs} {total:.1f} img/s, test accuracy "
+                f"{correct / examples:.4f}, loss {loss_sum / examples:.4f}, at {wall:.1f} s"
+            )
+        if 0 < s.target_accuracy <= curve[-1]["test_accuracy"]:
+            break
+    seconds, epochs_to_target = time_to_target(curve, s.target_accuracy)
+    return epochs, {
+        "mode": "accuracy",
+        "final_loss": curve[-1]["train_loss"],
+        "train_examples": backend.train_examples,
+        "test_examples": int(examples),
+        "steps_per_epoch": steps,
+        "epochs_run": len(curve),
+        # The whole run on the clock: to the target, or through every epoch.
+        "training_seconds": curve[-1]["wall_seconds"],
+        "target_accuracy": s.target_accuracy or None,
+        "time_to_target_seconds": seconds,
+        "epochs_to_target": epochs_to_target,
+        "final_test_accuracy": curve[-1]["test_accuracy"],
+        "final_test_loss": curve[-1]["test_loss"],
+        "peak_learning_rate": peak_learning_rate(s.learning_rate, s.replicas, s.lr_scaling),
+        "curve": curve,
+    }
+
+
+def _record(
+    backend: Backend, blocks: BlockTimes, processes: list, measured: dict, started_at: str
+) -> dict:
+    """The chief's record of the run: the summary of its blocks, MFU, memory, provenance."""
+    settings, topology = backend.settings, backend.topology
+    summary = blocks.summary()
+    name = device_name(backend)
+    return {
+        **records.record_head(settings, "ok"),
+        "replicas": topology.num_replicas,  # as the framework counted them
+        "processes": topology.num_processes,
+        **summary,
+        "device_name": name,
+        "trainable_parameters": backend.trainable_parameters(),
+        **utilisation(
+            summary["images_per_sec"]["mean"],
+            backend.training_flops_per_image(),
+            topology.num_replicas,
+            name,
+            settings.precision,
+        ),
+        # startup_seconds: in the process (model build, tracing, warm-up).
+        # seconds_to_first_timed_step: from process start (interpreter,
+        # imports and rendezvous too), up to the first timed step.
+        **measured,
+        # Per replica, the largest: on GPUs the allocator's peak of the device
+        # a replica runs on; on CPUs the peak of the process it runs in (the
+        # replicas MirroredStrategy puts in one process share its peak).
+        "peak_memory_bytes": max((p["peak_memory"]["bytes"] or 0) for p in processes) or None,
+        "peak_memory_source": processes[0]["peak_memory"]["source"],
+        # NVML's view while it trained (trainscale.core.gpu_monitor): null on CPUs,
+        # and gpu_monitor_note says why.
+        "gpu_utilisation": combine(
+            [p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], dict)]
+        ),
+        "gpu_monitor_note": next(
+            (p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], str)), None
+        ),
+        "framework_config": backend.framework_config(),
+        "source": "measured",
+        "provenance": {
+            **records.host_provenance(),
+            **backend.software_versions(),
+            "hosts": [p["host"] for p in processes],
+            "processes": processes,
+            "started_at": started_at,
+            "finished_at": records.utc_now(),
+        },
+    }

@@ -1,0 +1,1 @@
+"""Starting a grid point's processes here or in a SLURM job, and the examples."""

@@ -1,0 +1,156 @@
+"""`trainscale run`: start every process of one grid point and wait.
+
+The framework's launch kind (trainscale.study.launch_kinds) says which processes:
+on a machine of its own, its local plan (mpirun or horovodrun --gloo for
+Horovod ranks, one TF_CONFIG worker or torch.distributed rank per process, or
+one process); more than one node is refused. Inside a SLURM job (what the
+SLURM profile submits): its srun step across the job's nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from trainscale.core.slurm import in_slurm_job, slurm_watchdog
+from trainscale.core.supervision import (
+    LaunchResult,
+    MemoryCgroup,
+    ProcessTree,
+    relay_output,
+    stop_all,
+)
+from trainscale.study.launch_kinds import Plan
+from trainscale.study.registry import framework_spec
+from trainscale.study.settings import RunOptions, RunSettings, SettingsError
+
+
+def _train_command(
+    settings: RunSettings, options: RunOptions, expect_cuda_devices: int
+) -> list[str]:
+    command = [sys.executable, "-m", "trainscale", "train", *settings.to_cli_args()]
+    command += ["--output", options.output, "--collective-timeout", str(options.collective_timeout)]
+    if options.save_weights:
+        command += ["--save-weights", options.save_weights]
+    if expect_cuda_devices:
+        command += ["--expect-cuda-devices", str(expect_cuda_devices)]
+    return command
+
+
+def process_plan(settings: RunSettings, options: RunOptions) -> Plan:
+    """The (argv, extra environment) of every process `run` starts.
+
+    Inside a SLURM job the processes are job steps started with srun across
+    the job's nodes; elsewhere they are local processes on this one machine.
+    """
+    kind = framework_spec(settings.framework).launch
+    processes_per_node = kind.processes_per_node(settings.gpus_per_node, settings.device)
+    # Each process must see the GPUs it drives (checked before any timing).
+    requested = options.requested_gpus_per_node
+    expect = requested // processes_per_node if requested else 0
+    train_command = _train_command(settings, options, expect)
+    return rank_plan(settings, train_command, requested, options.requested_cpus_per_task)
+
+
+def rank_plan(
+    settings: RunSettings,
+    command: list[str],
+    requested_gpus_per_node: int,
+    requested_cpus_per_task: int = 0,
+) -> Plan:
+    """`command` started as the ranks of `settings.framework` on its nodes and
+    GPUs: its launch kind's srun step inside a SLURM job, else its local plan
+    (the training processes of `run`; the probe's ranks, trainscale.network.probe)."""
+    kind = framework_spec(settings.framework).launch
+    if in_slurm_job():
+        return kind.slurm_plan(settings, command, requested_gpus_per_node, requested_cpus_per_task)
+    if settings.nodes != 1:
+        raise SettingsError(
+            f"--nodes {settings.nodes}: `trainscale` launches on this machine only; "
+            "run multi-node points with `snakemake --profile profiles/slurm`"
+        )
+    processes_per_node = kind.processes_per_node(settings.gpus_per_node, settings.device)
+    return kind.local_plan(processes_per_node, command, settings)
+
+
+def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:
+    """Run every process of the grid point and wait for all of them.
+
+    One process that fails ends the others (they would wait in a collective
+    forever); the watchdog ends them all after `options.timeout` seconds.
+    """
+    timeout = options.timeout
+    if in_slurm_job():
+        # SLURM's time limit, minus a margin, unless a shorter watchdog is set.
+        limit = slurm_watchdog()
+        timeout = min(t for t in (timeout, limit) if t) if (timeout or limit) else 0
+    return run_plan(process_plan(settings, options), timeout)
+
+
+def run_plan(plan: Plan, timeout: float) -> LaunchResult:
+    """Start every process of `plan` and wait for all of them, `timeout` seconds
+    at most (0: no limit); one that fails ends the others."""
+    processes, relays, oom_lines = [], [], []
+    tree = ProcessTree()
+    cgroup = MemoryCgroup.of_this_process()
+    oom_kills_before = cgroup.oom_kills() if cgroup else None
+    terminated = threading.Event()
+    start = time.monotonic()
+
+    def finish(code, timed_out=False):
+        stop_all(processes, tree)
+        for relay in relays:
+            relay.join(timeout=5)
+        if code and not oom_lines and cgroup and (cgroup.oom_kills() or 0) > oom_kills_before:
+            limit = cgroup.limit_mib()
+            oom_lines.append(
+                "killed by the kernel's out-of-memory handler: memory cgroup "
+                f"{cgroup.folder} (limit {f'{limit:.0f} MiB' if limit else 'unknown'})"
+            )
+        seconds = time.monotonic() - start
+        oom = oom_lines[0] if oom_lines else ""
+        return LaunchResult(code, seconds, timed_out, oom, terminated.is_set())
+
+    # SLURM ends a job (time limit, scancel, node failure) with SIGTERM to every
+    # process of the step, then SIGKILL after KillWait: note it and stop cleanly.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+        previous_handler = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
+    try:
+        for argv, extra_env in plan:
+            proc = subprocess.Popen(
+                argv,
+                env={**os.environ, **extra_env},
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+            )
+            processes.append(proc)
+            relay = threading.Thread(target=relay_output, args=(proc.stderr, sys.stderr, oom_lines))
+            relay.start()
+            relays.append(relay)
+        while True:
+            codes = [proc.poll() for proc in processes]
+            tree.update(processes)
+            failed = [code for code in codes if code not in (None, 0)]
+            if terminated.is_set():
+                return finish(failed[0] if failed else -signal.SIGTERM)
+            if failed:
+                # The same SIGTERM may have reached a child first; let ours land.
+                terminated.wait(0.5)
+                return finish(failed[0])
+            if all(code == 0 for code in codes):
+                return finish(0)
+            if timeout and time.monotonic() - start > timeout:
+                return finish(-1, timed_out=True)
+            time.sleep(0.2)
+    except BaseException:
+        stop_all(processes, tree)
+        raise
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)

@@ -1,0 +1,1 @@
+"""The network probe: its definitions, its jobs and records, what each rank runs."""

@@ -1,0 +1,277 @@
+"""How a framework's processes are started: each launch kind is one object.
+
+A launch kind says, in one place, how many processes a node runs, the local
+processes `trainscale run` starts on this machine (the plan: argv and extra
+environment per process), the srun step inside a SLURM job, and the commands
+a user types to start the framework's example script. The registry gives each
+framework one (FrameworkSpec.launch); the launcher, the SLURM plan, the job
+shapes and the examples ask it, and nothing switches on its name.
+
+- ONE_PROCESS: one process drives all of the node's replicas (one device, or
+  MirroredStrategy's devices);
+- HOROVOD: one rank per replica, from mpirun or horovodrun --gloo here, srun
+  under SLURM (--mpi=pmix, or a Gloo rendezvous server);
+- MULTIWORKER: one TF_CONFIG worker per node holding its GPUs, one per
+  replica on CPU (a worker holding two logical CPU replicas hung before its
+  first step); SlurmClusterResolver under SLURM;
+- TorchDistributed (TORCHRUN, DEEPSPEED): one rank per replica, each told
+  RANK, WORLD_SIZE, LOCAL_RANK and the first rank's MASTER_ADDR:MASTER_PORT,
+  what torch.distributed's env:// rendezvous reads; under SLURM each rank
+  derives them from its task variables. The commands a user types are the
+  object's (torchrun's; DeepSpeed's launcher), so a framework with a launcher
+  of its own is another object of the class.
+
+Imports neither TensorFlow nor torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+from typing import Dict, List, Tuple
+
+from trainscale.core import slurm
+from trainscale.core.setting import Setting, SettingsError
+
+Plan = List[Tuple[List[str], Dict[str, str]]]
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel says are free now (held open together so they differ)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class LaunchKind:
+    name = ""
+    # The settings only this launch kind reads; their readers are the
+    # frameworks it launches (trainscale.study.registry.readers).
+    settings: tuple[Setting, ...] = ()
+    # What a user types on one node of 4 GPUs and on two such nodes, with
+    # {script} for the example ("" where the framework spans no nodes).
+    one_node = "python {script}"
+    two_nodes = ""
+    # Which host runs which rank: srun's task order (node by node), unless
+    # the framework's own scheduler places its workers (Ray).
+    ranks_in_task_order = True
+
+    def probe_transport(self, settings) -> str:
+        """The communication library this kind's ranks exchange gradients over,
+        as trainscale.network.probe names it ("": none it probes, or not across ranks)."""
+        return ""
+
+    def probe_launches(self) -> dict[str, dict]:
+        """The transports a probe's ranks can be started as by this kind, each
+        with the settings that select it (trainscale.network.probe.TRANSPORTS)."""
+        return {}
+
+    def processes_per_node(self, gpus_per_node: int, device: str) -> int:
+        """How many OS processes one node runs for G GPUs (replicas) per node."""
+        return gpus_per_node
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        """The local processes running `command` as `processes` ranks here;
+        `settings` has the attributes of the settings this kind reads."""
+        return [(command, {})]
+
+    def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
+        """What this kind adds to the grid point's srun step: options and environment."""
+        return [], {}
+
+    def slurm_plan(
+        self, settings, train_command: list[str], requested_gpus: int, cpus_per_task: int = 0
+    ) -> Plan:
+        """The srun step of a grid point inside its SLURM job (trainscale.core.slurm)."""
+        per_node = self.processes_per_node(settings.gpus_per_node, settings.device)
+        srun = slurm.srun_command(settings.nodes, per_node, requested_gpus, cpus_per_task)
+        options, env = self.slurm_step(settings)
+        return [([*srun, *options, *train_command], env)]
+
+    def example_arguments(self, replicas: int, device: str) -> list[str]:
+        """What an example is told of its replicas beyond its processes: a
+        one-process framework mirrors N CPU replicas only when told."""
+        if device == "cpu" and self.processes_per_node(replicas, device) == 1 and replicas > 1:
+            return ["--cpu-replicas", str(replicas)]
+        return []
+
+    def user_commands(self, script: str) -> tuple[str, str]:
+        return self.one_node.format(script=script), self.two_nodes.format(script=script)
+
+
+class OneProcess(LaunchKind):
+    name = "single"
+
+    def processes_per_node(self, gpus_per_node: int, device: str) -> int:
+        return 1
+
+
+HOROVOD_LAUNCHER = Setting(
+    "horovod_launcher",
+    str,
+    "mpi",
+    "how Horovod ranks are started: mpi (mpirun here, srun --mpi=pmix under SLURM) "
+    "or gloo (horovodrun --gloo here, srun and a rendezvous server under SLURM)",
+    choices=("mpi", "gloo"),
+    group="launch",
+)
+
+
+class HorovodRanks(LaunchKind):
+    name = "horovod"
+    settings = (HOROVOD_LAUNCHER,)
+    one_node = "horovodrun -np 4 python {script}"
+    two_nodes = "horovodrun -np 8 -H node1:4,node2:4 python {script}"
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        return [(horovod_command(processes, settings.horovod_launcher, command), {})]
+
+    def probe_transport(self, settings) -> str:
+        return f"horovod-{settings.horovod_launcher}"
+
+    def probe_launches(self) -> dict[str, dict]:
+        return {f"horovod-{v}": {"horovod_launcher": v} for v in HOROVOD_LAUNCHER.choices}
+
+    def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
+        if settings.horovod_launcher == "mpi":
+            # Debian's Open MPI can be started by srun only through PMIx.
+            return ["--mpi=pmix"], {}
+        per_node = self.processes_per_node(settings.gpus_per_node, settings.device)
+        return [], slurm.start_gloo_rendezvous(settings.nodes, per_node)
+
+
+def horovod_command(ranks: int, launcher: str, command: list[str]) -> list[str]:
+    """`command` as `ranks` local Horovod ranks, started by mpirun or horovodrun --gloo."""
+    if launcher == "gloo":
+        hosts = f"localhost:{ranks}"
+        launch = [sys.executable, "-m", "horovod.runner.launch", "--gloo"]
+        return [*launch, "-np", str(ranks), "-H", hosts, *command]
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise SettingsError("--horovod-launcher mpi: no mpirun on PATH (install openmpi-bin)")
+    mpirun_command = [mpirun, "-np", str(ranks), "--bind-to", "none", "--map-by", "slot"]
+    mpirun_command.append("--oversubscribe")
+    if os.geteuid() == 0:
+        mpirun_command.append("--allow-run-as-root")
+    # Containers often forbid the cross-memory-attach syscalls Open MPI's
+    # shared-memory transport tries first; falling back costs nothing here.
+    mpirun_command += ["--mca", "btl_vader_single_copy_mechanism", "none"]
+    return mpirun_command + command
+
+
+class MultiWorker(LaunchKind):
+    name = "multiworker"
+    two_nodes = (
+        'TF_CONFIG=\'{{"cluster": {{"worker": ["node1:12345", "node2:12345"]}}, '
+        '"task": {{"type": "worker", "index": I}}}}\' python {script}   # on node I+1'
+    )
+
+    def processes_per_node(self, gpus_per_node: int, device: str) -> int:
+        return gpus_per_node if device == "cpu" else 1
+
+    def probe_transport(self, settings) -> str:
+        return "tf"
+
+    def probe_launches(self) -> dict[str, dict]:
+        return {"tf": {}}
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        addresses = [f"localhost:{port}" for port in free_ports(processes)]
+        plan = []
+        for index in range(processes):
+            task = {"type": "worker", "index": index}
+            tf_config = {"cluster": {"worker": addresses}, "task": task}
+            plan.append((command, {"TF_CONFIG": json.dumps(tf_config)}))
+        return plan
+
+
+class TorchDistributed(LaunchKind):
+    name = "torch-distributed"
+
+    def __init__(self, one_node: str, two_nodes: str):
+        self.one_node, self.two_nodes = one_node, two_nodes
+
+    def probe_transport(self, settings) -> str:
+        return "torch"
+
+    def probe_launches(self) -> dict[str, dict]:
+        return {"torch": {}}
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        port = free_ports(1)[0]
+        ranks = {"WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes)}
+        ranks.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        return [
+            (command, {**ranks, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+            for rank in range(processes)
+        ]
+
+    def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
+        return [], slurm.torch_rendezvous()
+
+
+# Ray Train 2.60's print patch sends each worker's print to the driver twice
+# (the patched print and the worker's output stream): one copy is enough.
+QUIET_RAY = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+
+
+class RayDriver(OneProcess):
+    """One process here, Ray's driver: it starts a private Ray instance and
+    Ray starts the workers, one per replica, as its own children (trainscale.
+    torch_ray), so stopping the driver's process tree stops them all."""
+
+    name = "ray"
+    one_node = "python {script}   # Ray starts a local instance"
+    ranks_in_task_order = False  # Ray Train orders its workers itself
+
+    def probe_transport(self, settings) -> str:
+        return "torch"  # Ray Train's workers form a torch.distributed group
+
+    def example_arguments(self, replicas: int, device: str) -> list[str]:
+        return ["--workers", str(replicas)]  # Ray starts them, on CPUs or GPUs
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        return [(command, QUIET_RAY)]
+
+    def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
+        # One task per node (processes_per_node): each starts its node's Ray,
+        # the first the head, at a port of this job's own (slurm_port_base + 1:
+        # torch's rendezvous takes the base); one token for the whole cluster.
+        import secrets
+
+        port = slurm.slurm_port_base(os.environ["SLURM_JOB_ID"]) + 1
+        head = f"{slurm.job_hosts()[0]}:{port}"
+        token = secrets.token_hex(32)
+        return [], {"TRAINSCALE_RAY_HEAD": head, "RAY_AUTH_TOKEN": token, **QUIET_RAY}
+
+    two_nodes = (
+        "ray start --head --port=6379 (node1); ray start --address=node1:6379 "
+        "(node2); python {script} (node1)"
+    )
+
+
+ONE_PROCESS = OneProcess()
+RAY = RayDriver()
+HOROVOD = HorovodRanks()
+MULTIWORKER = MultiWorker()
+TORCHRUN = TorchDistributed(
+    "torchrun --nproc-per-node=4 {script}",
+    "torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d "
+    "--rdzv-endpoint=node1:29500 {script}   # on each node",
+)
+# DeepSpeed's own launcher (pdsh across the hostfile's nodes); the ranks it
+# starts read the same variables as torchrun's.
+DEEPSPEED = TorchDistributed(
+    "deepspeed --num_gpus=4 {script}",
+    "deepspeed --hostfile=hostfile {script}   # hostfile: node1 slots=4, node2 slots=4",
+)

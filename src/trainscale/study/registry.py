@@ -1,0 +1,475 @@
+"""What each framework is, in one place: everything trainscale knows about a
+framework apart from its training code, as data.
+
+An entry names its label and table order, its ecosystem and the environment
+it runs from, its launch kind (trainscale.study.launch_kinds), its topology limits,
+the knobs only it reads (declared here, once: trainscale.core.setting), where its
+training code is, what its processes cannot run without, its example script,
+what one of its training steps moves between replicas (the step model's
+traffic, trainscale.analysis.predict) and what it refuses. The settings, the
+launcher, the study's grid and schema, the tables and figures, the
+refactoring analysis and the tests all read it, so a new framework is one
+entry here, its module, its example and its own tests.
+
+Nothing here imports TensorFlow or torch: the workflow, the launcher and the
+analysis ask it in milliseconds, on a laptop too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from trainscale.core.setting import Setting
+from trainscale.study.launch_kinds import (
+    DEEPSPEED,
+    HOROVOD,
+    MULTIWORKER,
+    ONE_PROCESS,
+    RAY,
+    TORCHRUN,
+    LaunchKind,
+)
+
+# The modules of each ecosystem (the refactoring analysis's framework names
+# are rooted in imports of these, and of each entry's `requires`).
+ECOSYSTEM_MODULES = {"tensorflow": ("tensorflow", "keras"), "torch": ("torch",)}
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What one training step moves between replicas, for the step model
+    (trainscale.analysis.predict): `passes` over the gradient's bytes, each pass moving
+    (p-1)/p of them over every link of a ring of p replicas in p-1 steps (a
+    ring all-reduce is 2 passes: a reduce-scatter and an all-gather), at
+    `bytes_per_element` per trainable parameter. `refused`: why the model
+    cannot say what this configuration moves (then no fit is made)."""
+
+    passes: float = 2.0
+    bytes_per_element: int = 4
+    refused: str = ""
+
+
+def _all_reduce(compression_knob: str = "") -> Callable[[Mapping], Traffic]:
+    """One all-reduce of the gradient, in half precision where `compression_knob` says fp16."""
+
+    def traffic(settings: Mapping) -> Traffic:
+        half = compression_knob and settings.get(compression_knob) == "fp16"
+        return Traffic(2.0, 2 if half else 4)
+
+    return traffic
+
+
+def _sharded(passes_on_nccl: float, who: str) -> Callable[[Mapping], Traffic]:
+    """ZeRO / FSDP traffic on GPUs (NCCL), refused on CPU: gloo runs a
+    reduce-scatter as a whole all-reduce (torch PR #118911), so the passes
+    there are not the algorithm's."""
+
+    def traffic(settings: Mapping) -> Traffic:
+        if settings.get("device") == "cpu":
+            return Traffic(refused=f"{who} on CPU: gloo's reduce-scatter is a full all-reduce")
+        return Traffic(passes_on_nccl)
+
+    return traffic
+
+
+def _fsdp_traffic(settings: Mapping) -> Traffic:
+    # All-gather in forward, again in backward when forward resharded, and a
+    # reduce-scatter of the gradients.
+    passes = 3.0 if settings.get("fsdp_reshard_after_forward", True) else 2.0
+    return _sharded(passes, "FSDP")(settings)
+
+
+def _zero_traffic(settings: Mapping) -> Traffic:
+    # ZeRO-0 all-reduces gradients; ZeRO-1/2 reduce-scatter them and
+    # all-gather the updated parameters (2 passes, as much as an all-reduce);
+    # ZeRO-3 all-gathers the parameters in forward and again in backward, and
+    # reduce-scatters the gradients (3). Rajbhandari et al., ZeRO, section 7.
+    stage = int(settings.get("zero_stage", 0))
+    if stage == 0:
+        return Traffic(2.0)
+    return _sharded(3.0 if stage == 3 else 2.0, f"ZeRO-{stage}")(settings)
+
+
+def _no_traffic(settings: Mapping) -> Traffic:
+    return Traffic(0.0)
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    name: str
+    label: str  # in tables and figures
+    ecosystem: str  # whose training step runs it: "tensorflow" or "torch"
+    environment: str  # the study config key naming the environment it runs from
+    launch: LaunchKind
+    # Where its training code is: "module:Class", a trainscale.harness.backend.Backend.
+    backend: str
+    # The module its processes cannot run without; `trainscale` refuses the
+    # framework in a Python that lacks it (horovod-torch needs Horovod built
+    # with its torch extension, which the TensorFlow environment never has).
+    requires: str
+    # Its example script, below examples/: the study's workload written as the
+    # framework's documentation teaches (trainscale.launching.examples, .refactoring).
+    example: str
+    one_node: bool = False
+    one_device: bool = False
+    # The knobs only this framework reads (and the entries sharing the object).
+    knobs: tuple[Setting, ...] = ()
+    # The other ecosystem's framework it is held against in the tables
+    # (trainscale.analysis.tables.cross_ecosystem_table), if any.
+    compared_with: str = ""
+    # Files beside the example a user writes too (DeepSpeed's JSON config):
+    # counted as added lines by the refactoring analysis.
+    example_files: tuple[str, ...] = ()
+    # Evidence of the concepts its example teaches beyond the vocabulary's own
+    # (trainscale.analysis.refactoring.CONCEPTS): (concept, names whose use shows it).
+    concept_evidence: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # What one step moves between replicas (record settings -> Traffic).
+    traffic: Callable[[Mapping], Traffic] = _all_reduce()
+    # A refusal of its own: settings -> "" or the one-line message.
+    check: Callable[[Any], str] | None = None
+    # "module:function" run by `trainscale train` in place of the training
+    # function where the framework starts its workers itself (Ray Train's
+    # driver, trainscale.frameworks.torch.torch_ray.drive); "" for the others.
+    driver: str = ""
+
+
+HOROVOD_KNOBS = (
+    Setting(
+        "horovod_compression",
+        str,
+        "none",
+        "gradients on the wire: none, or fp16 (hvd.Compression.fp16)",
+        choices=("none", "fp16"),
+        axis=True,
+        group="communication",
+    ),
+    Setting(
+        "horovod_fusion_threshold_mb",
+        float,
+        64.0,
+        "Horovod's tensor fusion buffer (HOROVOD_FUSION_THRESHOLD); 0 turns fusion off",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+)
+
+
+def _nccl_needs_a_gpu(settings) -> str:
+    if settings.collective_implementation == "nccl" and settings.device != "gpu":
+        return "--collective-implementation nccl needs --device gpu"
+    return ""
+
+
+MULTIWORKER_KNOBS = (
+    Setting(
+        "collective_implementation",
+        str,
+        "auto",
+        "tf-multiworker's all-reduce: auto (NCCL on GPUs, RING on CPUs), ring or nccl",
+        choices=("auto", "ring", "nccl"),
+        axis=True,
+        group="communication",
+        check=_nccl_needs_a_gpu,
+    ),
+    Setting(
+        "all_reduce_pack_mb",
+        float,
+        0.0,
+        "tf-multiworker: all-reduce gradients in packs of this size "
+        "(CommunicationOptions.bytes_per_pack); 0: TensorFlow decides",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+)
+
+DDP_KNOBS = (
+    Setting(
+        "ddp_bucket_cap_mb",
+        float,
+        25.0,
+        "torch-ddp: all-reduce gradients in buckets of this size (bucket_cap_mb)",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+    Setting(
+        "ddp_compression",
+        str,
+        "none",
+        "torch-ddp: gradients on the wire: none, or fp16 (the fp16_compress_hook)",
+        choices=("none", "fp16"),
+        axis=True,
+        group="communication",
+    ),
+)
+
+
+def _fsdp_refuses_channels_last(settings) -> str:
+    if settings.channels_last:
+        # torch 2.13: "NotImplementedError: FSDP does not support non-contiguous parameters yet"
+        return "--channels-last: FSDP2 shards only contiguous parameters (torch 2.13)"
+    return ""
+
+
+def _deepspeed_fp16_needs_a_gpu(settings) -> str:
+    if settings.precision == "fp16" and settings.device != "gpu":
+        # DeepSpeed 0.19.8's CPU accelerator: "Type fp16 is not supported on your device."
+        return "--precision fp16: DeepSpeed's CPU accelerator has no fp16 (use bf16, or a GPU)"
+    return ""
+
+
+# In table order: each ecosystem's baseline first.
+REGISTRY = (
+    FrameworkSpec(
+        "tf-single",
+        "TensorFlow, 1 device",
+        "tensorflow",
+        "train_env",
+        ONE_PROCESS,
+        backend="trainscale.frameworks.tensorflow.tf_backend:SingleDeviceBackend",
+        requires="tensorflow",
+        example="tf_single.py",
+        one_node=True,
+        one_device=True,
+        traffic=_no_traffic,
+    ),
+    FrameworkSpec(
+        "horovod",
+        "Horovod",
+        "tensorflow",
+        "train_env",
+        HOROVOD,
+        backend="trainscale.frameworks.tensorflow.tf_backend:HorovodBackend",
+        requires="horovod.tensorflow",
+        example="tf_horovod.py",
+        knobs=HOROVOD_KNOBS,
+        traffic=_all_reduce("horovod_compression"),
+    ),
+    FrameworkSpec(
+        "tf-mirrored",
+        "TF MirroredStrategy",
+        "tensorflow",
+        "train_env",
+        ONE_PROCESS,
+        backend="trainscale.frameworks.tensorflow.tf_backend:MirroredBackend",
+        requires="tensorflow",
+        example="tf_mirrored.py",
+        one_node=True,
+    ),
+    FrameworkSpec(
+        "tf-multiworker",
+        "TF MultiWorkerMirrored",
+        "tensorflow",
+        "train_env",
+        MULTIWORKER,
+        backend="trainscale.frameworks.tensorflow.tf_backend:MultiWorkerBackend",
+        requires="tensorflow",
+        example="tf_multiworker.py",
+        knobs=MULTIWORKER_KNOBS,
+    ),
+    FrameworkSpec(
+        "torch-single",
+        "PyTorch, 1 device",
+        "torch",
+        "torch_env",
+        ONE_PROCESS,
+        backend="trainscale.frameworks.torch.torch_backend:TorchBackend",
+        requires="torch",
+        example="torch_single.py",
+        one_node=True,
+        one_device=True,
+        compared_with="tf-single",
+        traffic=_no_traffic,
+    ),
+    FrameworkSpec(
+        "torch-ddp",
+        "PyTorch DDP",
+        "torch",
+        "torch_env",
+        TORCHRUN,
+        backend="trainscale.frameworks.torch.torch_ddp:DistributedDataParallel",
+        requires="torch",
+        example="torch_ddp.py",
+        knobs=DDP_KNOBS,
+        compared_with="horovod",
+        traffic=_all_reduce("ddp_compression"),
+    ),
+    FrameworkSpec(
+        "ray-train",
+        "Ray Train",
+        "torch",
+        "torch_env",
+        RAY,
+        backend="trainscale.frameworks.torch.torch_ray:RayTrainDDP",
+        requires="ray",
+        example="torch_ray.py",
+        # Its workers run torch-ddp's step: DDP's knobs are its knobs too.
+        knobs=DDP_KNOBS,
+        compared_with="horovod",
+        # Ray joins the process group itself; the example asks Ray for the
+        # rest (ScalingConfig, get_device, prepare_model, TorchTrainer).
+        concept_evidence=(
+            ("cluster set-up", ("ScalingConfig",)),
+            ("device pinning", ("get_device",)),
+            ("gradient all-reduce", ("prepare_model",)),
+            ("training engine", ("TorchTrainer",)),
+        ),
+        traffic=_all_reduce("ddp_compression"),
+        driver="trainscale.frameworks.torch.torch_ray:drive",
+    ),
+    FrameworkSpec(
+        "horovod-torch",
+        "Horovod (PyTorch)",
+        "torch",
+        "torch_env",
+        HOROVOD,
+        backend="trainscale.frameworks.torch.horovod_torch:Horovod",
+        requires="horovod.torch",
+        example="torch_horovod.py",
+        knobs=HOROVOD_KNOBS,
+        compared_with="horovod",
+        traffic=_all_reduce("horovod_compression"),
+    ),
+    FrameworkSpec(
+        "torch-fsdp",
+        "PyTorch FSDP2",
+        "torch",
+        "torch_env",
+        TORCHRUN,
+        backend="trainscale.frameworks.torch.torch_fsdp:FullyShardedDataParallel",
+        requires="torch",
+        example="torch_fsdp.py",
+        knobs=(
+            Setting(
+                "fsdp_reshard_after_forward",
+                bool,
+                True,
+                "torch-fsdp: free each block's gathered parameters after forward and gather "
+                "them again in backward (off: keep them until backward)",
+                axis=True,
+                group="communication",
+            ),
+        ),
+        compared_with="horovod",
+        concept_evidence=(
+            ("gradient all-reduce", ("fully_shard",)),
+            ("sharded training state", ("fully_shard",)),
+        ),
+        traffic=_fsdp_traffic,
+        check=_fsdp_refuses_channels_last,
+    ),
+    FrameworkSpec(
+        "deepspeed",
+        "DeepSpeed",
+        "torch",
+        "torch_env",
+        DEEPSPEED,
+        backend="trainscale.frameworks.torch.torch_deepspeed:DeepSpeed",
+        requires="deepspeed",
+        example="torch_deepspeed.py",
+        example_files=("ds_config.json",),
+        knobs=(
+            Setting(
+                "zero_stage",
+                int,
+                0,
+                "deepspeed: ZeRO's stage: 0 data parallel, 1 optimizer state, 2 and "
+                "gradients, 3 and parameters sharded over the replicas",
+                choices=(0, 1, 2, 3),
+                axis=True,
+                group="communication",
+            ),
+        ),
+        compared_with="horovod",
+        concept_evidence=(
+            ("process group", ("init_distributed",)),
+            ("gradient all-reduce", ("initialize",)),
+            ("training engine", ("initialize",)),
+            ("sharded training state", ("zero_optimization",)),
+        ),
+        traffic=_zero_traffic,
+        check=_deepspeed_fp16_needs_a_gpu,
+    ),
+)
+FRAMEWORKS = tuple(spec.name for spec in REGISTRY)
+_BY_NAME = {spec.name: spec for spec in REGISTRY}
+
+
+def framework_spec(name: str) -> FrameworkSpec:
+    """The registry's entry for `name` (KeyError for a name it does not know)."""
+    return _BY_NAME[name]
+
+
+def table_order(name: str) -> int:
+    """Where a framework's rows and columns go; an unknown name (a record of a
+    framework since removed) goes last instead of failing the tables."""
+    return FRAMEWORKS.index(name) if name in _BY_NAME else len(FRAMEWORKS)
+
+
+def label(name: str) -> str:
+    return _BY_NAME[name].label if name in _BY_NAME else name
+
+
+def base_of(framework: str) -> str:
+    """The single-device framework of `framework`'s ecosystem: what its example changes."""
+    ecosystem = framework_spec(framework).ecosystem
+    return next(s.name for s in REGISTRY if s.ecosystem == ecosystem and s.one_device)
+
+
+def framework_modules() -> tuple[str, ...]:
+    """The top-level modules framework code is imported from (tensorflow,
+    keras, torch, horovod, ...): every ecosystem's and every entry's own."""
+    modules = [m for ecosystem in ECOSYSTEM_MODULES.values() for m in ecosystem]
+    modules += [spec.requires.partition(".")[0] for spec in REGISTRY]
+    return tuple(dict.fromkeys(modules))
+
+
+def knob_declarations() -> list[Setting]:
+    """The settings some frameworks read and others not, declared by the
+    entries and their launch kinds, each once, in registry order."""
+    found: dict[str, Setting] = {}
+    for spec in REGISTRY:
+        for setting in (*spec.launch.settings, *spec.knobs):
+            found.setdefault(setting.name, setting)
+    return list(found.values())
+
+
+def framework_readers(name: str) -> set[str]:
+    """The frameworks that read knob `name`, declared by their entries or launch kinds."""
+    return {
+        spec.name
+        for spec in REGISTRY
+        if any(s.name == name for s in (*spec.launch.settings, *spec.knobs))
+    }
+
+
+def missing_module(name: str) -> str:
+    """'' when this Python has what framework `name` requires, else what it lacks.
+
+    Asked without importing anything heavy: a top-level module is looked up,
+    not imported. A Horovod framework module (horovod.torch) is there only
+    when Horovod was compiled for it: Horovod ships every framework's Python
+    package but builds the library (mpi_lib*) of the ones it was built with.
+    """
+    import glob
+    import importlib.util
+    import os
+
+    module = _BY_NAME[name].requires
+    top, _, framework = module.partition(".")
+    spec = importlib.util.find_spec(top)
+    # A folder of that name on sys.path with no __init__.py (the test suite's
+    # tests/torch/) is a namespace package, not the framework: origin None.
+    if spec is None or spec.origin is None:
+        return module
+    if framework:
+        folders = spec.submodule_search_locations or []
+        if not any(glob.glob(os.path.join(f, framework, "mpi_lib*")) for f in folders):
+            return f"{module} (Horovod built without it)"
+    return ""

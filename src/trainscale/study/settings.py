@@ -1,0 +1,427 @@
+"""What one grid point is: the settings of one benchmark run, validated up front.
+
+Every setting is declared once (trainscale.core.setting): those every framework
+reads here, in SETTINGS; a knob only some frameworks read in their registry
+entries (or their launch kind). RunSettings, its defaults, `trainscale`'s
+flags (cli.py), the checks below and the study schema's fragments
+(schema.config_schema) are all made from these declarations.
+
+This module imports no TensorFlow, so the launcher, the workflow and the tests
+can check settings in milliseconds. Every check names the command-line option
+it is about, because the message is what a user sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+from trainscale.core.datasets import DATASETS
+from trainscale.core.setting import REQUIRED, Setting, SettingsError
+from trainscale.study.registry import (
+    FRAMEWORKS,
+    REGISTRY,
+    framework_readers,
+    framework_spec,
+    knob_declarations,
+)
+
+__all__ = ["SettingsError", "RunSettings", "RunOptions", "validate"]
+
+# Smallest input side each model accepts (Keras' own limits for the
+# applications; small_cnn needs two 5x5 convolutions and two 2x2 poolings).
+MODEL_MIN_IMAGE_SIZE = {
+    "vgg16": 32,
+    "vgg19": 32,
+    "resnet50": 32,
+    "mobilenet_v2": 32,
+    "inception_v3": 75,
+    "small_cnn": 16,
+}
+MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
+# torch's twins have no such limit of Keras's: seed 004 trains ResNet-50 and
+# MobileNetV2 on MNIST's native 28 px (five stride-2 stages leave 1 x 1).
+TORCH_MIN_IMAGE_SIZE = {**MODEL_MIN_IMAGE_SIZE, "resnet50": 28, "mobilenet_v2": 28}
+# The models defined for torch too, as the same networks (trainscale.harness.torch_models);
+# the torch frameworks refuse the others.
+TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn")
+
+
+def _check_mode(s) -> str:
+    if s.mode != "accuracy":
+        return ""
+    if DATASETS[s.dataset].release is None:
+        return f"--mode accuracy needs a test split: --dataset {s.dataset} has none"
+    if s.compile:
+        # torch.compile compiles on the first training step, on the clock.
+        return "--mode accuracy does not run with --compile (it would compile on the clock)"
+    return ""
+
+
+# The grid point: the study's grid sets these, not its `benchmark:` keys.
+_POINT = dict(in_study=False, group="grid point", minimum=1)
+# The settings every framework reads (None) or every framework of an
+# ecosystem (readers). Defaults follow the paper (seed 000).
+SETTINGS = (
+    Setting("framework", str, REQUIRED, "the framework (trainscale.study.registry)",
+            choices=FRAMEWORKS, in_study=False, group="grid point"),
+    Setting("nodes", int, 1, "nodes; replicas = nodes x GPUs per node", **_POINT),
+    Setting("gpus_per_node", int, 1, "GPUs (replicas) per node", **_POINT),
+    Setting("model", str, "vgg16", "the network", choices=MODELS,
+            in_study=False, group="grid point"),
+    Setting("batch_size", int, 64, "per replica (weak scaling, the paper's setting)", **_POINT),
+    # Native by default: seed 004 trains MNIST at 28 px; seed 000 asks for
+    # CIFAR-100 resized to 224, and says so.
+    Setting("image_size", int, 0, "input side, resized to (each model has its minimum); "
+            "0: the data set's native side (28 for MNIST, 32 for CIFAR, 224 synthetic)",
+            minimum=0, group="data and device"),
+    Setting("dataset", str, "cifar100", "read from --data-dir (trainscale.core.datasets), "
+            "or synthetic", choices=tuple(DATASETS), group="data and device", axis=True),
+    Setting("data_dir", str, "data", "holds the data set's release (e.g. "
+            "cifar-100-python.tar.gz, or MNIST's IDX files)",
+            group="data and device", pattern="^[A-Za-z0-9_./-]+$"),
+    Setting("device", str, "gpu", "one replica per GPU, or per CPU share",
+            choices=("gpu", "cpu"), group="data and device"),
+    # A label, not a knob of the run: which machine a study's runs ran on, so
+    # one study can hold two node types side by side (seed 004's Titan RTX and
+    # V100 nodes) as a grid axis.
+    Setting("system", str, "", "a name for the machine the runs run on (e.g. a node "
+            "type); a grid axis compares machines", group="data and device", axis=True,
+            pattern="^[A-Za-z0-9_.-]*$", metavar="NAME"),
+    # Also a label to the harness: the workflow starts a run with the named
+    # network's environment (cluster.networks: which interface NCCL, Gloo,
+    # Open MPI and Horovod use), so seed 002's InfiniBand-vs-Ethernet study
+    # is one grid axis on one cluster. Its flag is not --network: horovodrun
+    # parses the rank command it starts too, and refuses that as an ambiguous
+    # abbreviation of its --network-interface(s).
+    Setting("network", str, "", "the cluster network the ranks talk over: a name "
+            "cluster.networks defines (the workflow sets its environment); '': the "
+            "cluster's default route", group="data and device", axis=True,
+            pattern="^[A-Za-z0-9_.-]*$", metavar="NAME", cli_flag="--network-name"),
+    Setting("augment", bool, True, "the data set's augmentation: pad-4 random crop and "
+            "flip for CIFAR; the MNIST family has none", group="data and device"),
+    # The first step is never timed: Horovod broadcasts rank 0's variables
+    # after it, and every framework traces its step function on it.
+    Setting("warmup_steps", int, 10, "untimed steps first (at least 1: tracing, broadcast)",
+            minimum=1, group="measurement"),
+    Setting("iterations", int, 10, "timed blocks", minimum=1, group="measurement"),
+    Setting("steps_per_iteration", int, 20, "steps per timed block",
+            minimum=1, group="measurement"),
+    # A demo's work bounded by time on a CPU of any speed (trainscale.core.timing.BlockBudget).
+    Setting("time_budget_seconds", float, 0.0,
+            "stop timing blocks once they have taken this long (at least 2, at most "
+            "--iterations); 0: time exactly --iterations blocks",
+            minimum=0, group="measurement", metavar="SECONDS"),
+    # Accuracy mode (trainscale.core.accuracy says what is on the clock).
+    Setting("mode", str, "throughput", "throughput: timed blocks of steps; accuracy: "
+            "epochs until --target-accuracy on the test split",
+            choices=("throughput", "accuracy"), group="accuracy", check=_check_mode),
+    Setting("epochs", int, 10, "accuracy mode: the most epochs to train",
+            minimum=1, group="accuracy"),
+    Setting("target_accuracy", float, 0.0, "accuracy mode: stop at this test accuracy "
+            "(a fraction); 0: no target, train every epoch", minimum=0, group="accuracy",
+            check=lambda s: "--target-accuracy is a fraction: at most 1"
+            if s.target_accuracy > 1 else ""),
+    Setting("lr_scaling", str, "none", "scale the learning rate with the replicas "
+            "(Goyal et al.): none, linear or sqrt", choices=("none", "linear", "sqrt"),
+            group="accuracy"),
+    Setting("warmup_epochs", float, 0.0, "ramp from the learning rate to the scaled one "
+            "over these epochs", minimum=0, group="accuracy",
+            check=lambda s: "--warmup-epochs needs --lr-scaling linear or sqrt: with none "
+            "there is nothing to warm up to" if s.warmup_epochs and s.lr_scaling == "none"
+            else ""),
+    Setting("seed", int, 1234, "weights, data order, augmentation",
+            minimum=0, group="measurement"),
+    Setting("optimizer", str, "adam", "adam or sgd", choices=("adam", "sgd")),
+    Setting("learning_rate", float, 1e-3, "the optimizer's step size",
+            minimum=0, exclusive_minimum=True),
+    Setting("precision", str, "fp32", "fp16 (with loss scaling) or bf16: mixed precision",
+            choices=("fp32", "fp16", "bf16"), axis=True),
+    Setting("xla", bool, False, "XLA auto-clustering", readers=("tensorflow",), axis=True),
+    Setting("compile", bool, False, "torch.compile the model", readers=("torch",), axis=True),
+    Setting("channels_last", bool, False, "NHWC memory layout for model and batches",
+            readers=("torch",), axis=True),
+)  # fmt: skip
+
+
+def all_settings() -> tuple[Setting, ...]:
+    """Every setting of a run: SETTINGS, then the frameworks' knobs (registry)."""
+    return (*SETTINGS, *knob_declarations())
+
+
+SETTING = {setting.name: setting for setting in all_settings()}
+
+
+def readers(name: str) -> set[str] | None:
+    """The frameworks that read setting `name` (None: every framework)."""
+    setting = SETTING[name]
+    if setting in SETTINGS:
+        if setting.readers is None:
+            return None
+        return {s.name for s in REGISTRY if {s.name, s.ecosystem} & set(setting.readers)}
+    return framework_readers(name)
+
+
+# Settings a grid may vary too (`grid.precision: [fp32, fp16]`), each
+# overriding benchmark.<name>, and the frameworks that read each (None: all).
+# A framework that does not read a knob is not varied by it (that would
+# measure the same thing twice), and its runs are not labelled with it.
+KNOB_AXES = {s.name: readers(s.name) for s in all_settings() if s.axis}
+
+
+def reads_setting(framework: str, name: str) -> bool:
+    """Whether `framework` reads setting `name`: only then is it passed to the
+    framework, does it label its records (their path, the tables' knobs, the
+    figures' titles) and may a grid vary it there. A framework or a setting
+    the registry no longer knows (an old record's) is taken to read it."""
+    if name not in SETTING or framework not in FRAMEWORKS:
+        return True
+    who = readers(name)
+    return who is None or framework in who
+
+
+def panel_knobs(frameworks) -> set[str]:
+    """The knobs that split tables into blocks and figures into panels, for
+    records of these frameworks: those every framework reads (precision), and
+    an ecosystem's own (xla; compile, channels_last) when every framework is
+    of that ecosystem. There frameworks are compared at equal settings; any
+    other knob a framework reads makes a column or line of its own per value."""
+    known = {f for f in frameworks if f in FRAMEWORKS}
+    ecosystems = {framework_spec(f).ecosystem for f in known}
+    knobs = set()
+    for setting in SETTINGS:
+        if not setting.axis:
+            continue
+        if setting.readers is None or (len(ecosystems) == 1 and ecosystems <= set(setting.readers)):
+            knobs.add(setting.name)
+    return knobs
+
+
+class _RunSettings:
+    """One grid point plus how it is measured: the fields are SETTINGS and the
+    frameworks' knobs (dataclasses.fields(RunSettings))."""
+
+    def __post_init__(self):
+        # --image-size 0 is the data set's native side, resolved here once, so
+        # everything downstream (models, records, the settings hash) sees the size.
+        if self.image_size == 0 and self.dataset in DATASETS:
+            object.__setattr__(self, "image_size", DATASETS[self.dataset].native_size)
+
+    @property
+    def replicas(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.replicas
+
+    @property
+    def num_classes(self) -> int:
+        return DATASETS[self.dataset].num_classes
+
+    @property
+    def input_channels(self) -> int:
+        """1 for a grayscale data set: the model's stem takes one channel."""
+        return DATASETS[self.dataset].channels
+
+    @property
+    def augmentation(self) -> str:
+        """What --augment does on this data set: its own augmentation, or none."""
+        return DATASETS[self.dataset].augmentation if self.augment else "none"
+
+    def processes_per_node(self) -> int:
+        """How many OS processes one node runs (the framework's launch kind)."""
+        launch = framework_spec(self.framework).launch
+        return launch.processes_per_node(self.gpus_per_node, self.device)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def settings_hash(self) -> str:
+        """Hash of everything that changes what is measured.
+
+        Two records with the same hash measured the same thing, so their
+        numbers may be averaged; `data_dir` is left out because the same data
+        may live in different places.
+        """
+        measured = {k: v for k, v in self.to_dict().items() if k != "data_dir"}
+        blob = json.dumps(measured, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_cli_args(self) -> list[str]:
+        """The options that reproduce these settings on `trainscale train`: the
+        settings its framework reads (the others stay at their defaults)."""
+        read = [s for s in all_settings() if reads_setting(self.framework, s.name)]
+        return cli_args(self, read)
+
+
+def cli_args(values, settings) -> list[str]:
+    """`values`' fields as the flags of `settings` (--no-FLAG for a false bool)."""
+    args: list[str] = []
+    for setting in settings:
+        value = getattr(values, setting.name)
+        if setting.type is bool:
+            args.append(setting.flag if value else "--no-" + setting.flag[2:])
+        elif value is not None:
+            args += [setting.flag, setting.cli_text(value)]
+    return args
+
+
+def _dataclass(name: str, settings, base: type) -> type:
+    """A frozen dataclass with one field per setting, defaults as declared."""
+    fields = [
+        (s.name, s.type)
+        if s.default is REQUIRED
+        else (s.name, s.type, dataclasses.field(default=s.default))
+        for s in settings
+    ]
+    made = dataclasses.make_dataclass(name, fields, bases=(base,), frozen=True)
+    made.__module__, made.__doc__ = __name__, base.__doc__
+    return made
+
+
+RunSettings = _dataclass("RunSettings", all_settings(), _RunSettings)
+
+
+class _RunOptions:
+    """How one run is carried out and where its results go: nothing here
+    changes what is measured, so none of it enters the settings hash."""
+
+
+# What `run` and `train` are told beyond the settings (group "output").
+OPTIONS = (
+    Setting("output", str, None, "where the JSON record goes (written atomically)",
+            group="output", metavar="JSON"),
+    Setting("save_weights", str, None,
+            "also save initial and final trainable weights (the equivalence tests)",
+            group="output", metavar="NPZ"),
+    Setting("expect_cuda_devices", int, 0,
+            "(train) fail unless CUDA_VISIBLE_DEVICES names at least N devices",
+            minimum=0, group="output", metavar="N"),
+    Setting("requested_gpus_per_node", int, 0,
+            "(run) the GPUs per node the job asked its scheduler for; each process "
+            "must see its share", minimum=0, group="output", metavar="G"),
+    Setting("requested_cpus_per_task", int, 0,
+            "(run) the CPUs per task the job asked its scheduler for; the ranks' srun "
+            "step asks for them again (0: srun's default, one)",
+            minimum=0, group="output", metavar="C"),
+    Setting("timeout", float, 0.0,
+            "(run) stop every process after this long and record status timeout (0: none)",
+            minimum=0, group="output", metavar="SECONDS"),
+    # Long enough for the first step's tracing skew between ranks, short
+    # enough that a stalled rank does not hold a cluster allocation for long.
+    Setting("collective_timeout", float, 300.0,
+            "a collective that waits this long for a stalled rank fails the run "
+            "(MultiWorkerMirrored, Horovod over Gloo, torch.distributed; Horovod over MPI "
+            "has no such timeout: the watchdog bounds it) (0: wait forever)",
+            minimum=0, group="output", metavar="SECONDS"),
+    Setting("attempt", int, 1,
+            "(run) which attempt at this grid point this is (the workflow's retries)",
+            minimum=1, group="output", metavar="N"),
+    Setting("attempts", int, 0,
+            "(run) on attempt M or later, a failure still writes a record: status failed "
+            "with the log's tail (0: never)", minimum=0, group="output", metavar="M"),
+)  # fmt: skip
+RunOptions = _dataclass("RunOptions", OPTIONS, _RunOptions)
+OPTION = {option.name: option for option in OPTIONS}
+
+
+def validate(settings, *, check_data: bool = True):
+    """Raise SettingsError for the first invalid setting; return the settings."""
+    s = settings
+    for setting in all_settings():
+        setting.validate(getattr(s, setting.name))
+    for setting in all_settings():
+        message = setting.check(s) if setting.check else ""
+        if message:
+            raise SettingsError(message)
+    spec = framework_spec(s.framework)
+    minimum = (TORCH_MIN_IMAGE_SIZE if spec.ecosystem == "torch" else MODEL_MIN_IMAGE_SIZE)[s.model]
+    if s.image_size < minimum:
+        raise SettingsError(
+            f"--image-size {s.image_size} is below {s.model}'s minimum of {minimum}"
+            + (" (Keras's)" if minimum > TORCH_MIN_IMAGE_SIZE[s.model] else "")
+        )
+    if spec.ecosystem == "torch" and s.model not in TORCH_MODELS:
+        raise SettingsError(
+            f"--model {s.model} is not defined for torch, so it would not be the same network "
+            f"as TensorFlow's; {s.framework} runs {', '.join(TORCH_MODELS)}"
+        )
+    if spec.one_device and (s.nodes, s.gpus_per_node) != (1, 1):
+        raise SettingsError(
+            f"--framework {s.framework} runs on one device: use --nodes 1 --gpus-per-node 1"
+        )
+    if spec.one_node and s.nodes != 1:
+        spanning = [other.name for other in REGISTRY if not other.one_node]
+        raise SettingsError(
+            f"--framework {s.framework} runs on one node: use --nodes 1 "
+            f"({', '.join(spanning)} span nodes)"
+        )
+    refused = spec.check(s) if spec.check else ""
+    if refused:
+        raise SettingsError(f"--framework {s.framework}: {refused}")
+    if check_data and DATASETS[s.dataset].release is not None:
+        # datasets.py reads files and knows nothing of settings: its error,
+        # which names --data-dir, becomes a settings error here.
+        from trainscale.core.datasets import DataError
+
+        try:
+            DATASETS[s.dataset].find(s.data_dir)
+        except DataError as err:
+            raise SettingsError(str(err)) from None
+    return s
+
+
+def check_data_files(s) -> None:
+    """Read the run's data once, whole, before any process starts: a bad file
+    is the input's fault, not the grid point's, so it is refused here in one
+    line naming the file, and no record is written."""
+    dataset = DATASETS[s.dataset]
+    if dataset.release is None:
+        return
+    from trainscale.core.datasets import DataError
+
+    try:
+        dataset.load(s.data_dir, "train")
+    except DataError as err:
+        raise SettingsError(str(err)) from None
+
+
+def validate_options(options) -> None:
+    for setting in OPTIONS:
+        setting.validate(getattr(options, setting.name))
+
+
+def with_global_batch(settings, global_batch_size: int):
+    """Settings whose per-replica batch splits `global_batch_size` evenly (strong scaling)."""
+    if global_batch_size <= 0:
+        raise SettingsError(
+            f"--global-batch-size must be a positive integer, got {global_batch_size}"
+        )
+    if global_batch_size % settings.replicas:
+        raise SettingsError(
+            f"--global-batch-size {global_batch_size} does not split over "
+            f"{settings.replicas} replicas ({settings.nodes} nodes x {settings.gpus_per_node})"
+        )
+    return dataclasses.replace(settings, batch_size=global_batch_size // settings.replicas)
+
+
+def local_cpu_count() -> int:
+    """CPUs this process may use (respects affinity masks set by SLURM or taskset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def cpu_share(processes_on_node: int) -> int:
+    """Threads for one of `processes_on_node` processes on a CPU run: its share of
+    the CPUs it may use, and no more than SLURM granted each task
+    (SLURM_CPUS_PER_TASK) where the cluster does not pin tasks to cores (the
+    SLURM lab's nodes share this machine's): threads over the grant would
+    measure contention with the node's other ranks, not the run."""
+    share = max(1, local_cpu_count() // max(1, processes_on_node))
+    granted = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return min(share, int(granted)) if granted.isdigit() and int(granted) > 0 else share

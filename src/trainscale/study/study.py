@@ -1,0 +1,427 @@
+"""A study: its configuration, checked, and the grid of runs it expands to.
+
+Pure Python (plus jsonschema and PyYAML): the Snakemake layer and the tests
+use it without TensorFlow. The JSON schema (workflow/schemas/config.schema.yaml)
+checks types and names; `check_config` adds what a schema cannot say well
+(duplicates, a constraint that leaves no run, a reference study that does not
+exist, a model/image-size pair the harness would refuse) and always reports
+ONE line naming the key.
+
+Validity rules are data, not code. A *clause* maps axes to conditions:
+    {framework: [tf-mirrored, tf-single], nodes: {min: 2}}
+matches a run when every axis condition holds (a list: one of; a mapping:
+min/max bounds; a scalar: equal). Axes: framework, model, batch_size, nodes,
+gpus_per_node, gpus (total). `constraints` then has
+    max_total_gpus: N           runs with more GPUs are left out
+    exclude: [clause, ...]      runs matching any clause are left out
+    only: [{when: clause, then: clause}, ...]
+                                runs matching `when` must also match `then`
+e.g. "only batch 128 and 256 for resnet50":
+    only: [{when: {model: resnet50}, then: {batch_size: [128, 256]}}]
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shlex
+from dataclasses import dataclass, fields
+
+from trainscale.core.records import NODE_CHECK_FAILED
+from trainscale.study.registry import FRAMEWORKS, framework_spec
+from trainscale.study.settings import (
+    KNOB_AXES,
+    SETTING,
+    RunSettings,
+    SettingsError,
+    reads_setting,
+    validate,
+)
+
+AXES = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
+SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# A record's path below results/{study}/runs/, without .json; `knobs_folder`
+# is '' or, where the point's framework reads knob axes of the grid, a folder
+# naming their values: .../b64/precision=fp16,xla=true/n1g2r1.
+RECORD_PATTERN = "{framework}/{model}/b{batch_size}/{knobs_folder}n{nodes}g{gpus_per_node}r{repeat}"
+# Read back by GridPoint.from_path, at the end of any longer path.
+_RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
+
+
+class ConfigError(ValueError):
+    """A study configuration is invalid; the message names the key, on one line."""
+
+
+def knob_text(value) -> str:
+    """A knob's value as it appears in a record's path: true, fp16, 64, 0.5."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def join_knobs(pairs) -> str:
+    """[('precision', 'fp16'), ('xla', 'true')] -> 'precision=fp16,xla=true' (a path folder)."""
+    return ",".join(f"{name}={text}" for name, text in pairs)
+
+
+def parse_knobs(knobs: str) -> list[tuple[str, str]]:
+    """'precision=fp16,xla=true' -> [('precision', 'fp16'), ('xla', 'true')]."""
+    return [tuple(pair.split("=", 1)) for pair in knobs.split(",") if pair]
+
+
+def _knob_value(name: str, text: str):
+    """A knob's path text as the setting's own type: 'true' -> True, '64' -> 64.0
+    (a knob no longer declared stays text)."""
+    return SETTING[name].from_text(text) if name in SETTING else text
+
+
+@dataclass(frozen=True, order=True)
+class GridPoint:
+    framework: str
+    model: str
+    batch_size: int
+    nodes: int
+    gpus_per_node: int
+    repeat: int = 1
+    # The grid's knob axes at this point: (("precision", "fp16"), ("xla", True)).
+    knobs: tuple = ()
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def knobs_name(self) -> str:
+        """'precision=fp16,xla=true': the knobs' folder in the record path ('' if none)."""
+        return join_knobs((name, knob_text(value)) for name, value in self.knobs)
+
+    @property
+    def knobs_folder(self) -> str:
+        """'precision=fp16,xla=true/': the record path's knob folder ('' if none)."""
+        return f"{self.knobs_name}/" if self.knobs else ""
+
+    def stem(self) -> str:
+        """The record's path below results/{study}/runs/, without `.json`."""
+        return RECORD_PATTERN.format(**self.as_dict(), knobs_folder=self.knobs_folder)
+
+    @classmethod
+    def from_path(cls, path: str) -> GridPoint | None:
+        """The grid point a record's path names (the inverse of stem(), with
+        `.json`, below any folder), or None for a path that names none."""
+        match = _RECORD_PATH.search(path)
+        if not match:
+            return None
+        framework, model, batch, knobs, nodes, gpus_per_node, repeat = match.groups()
+        # A folder written before runs were labelled only by what they read
+        # (a TensorFlow run under a DeepSpeed knob's folder) names the same
+        # point without them.
+        read = [(n, t) for n, t in parse_knobs(knobs or "") if reads_setting(framework, n)]
+        return cls(
+            framework,
+            model,
+            int(batch),
+            int(nodes),
+            int(gpus_per_node),
+            int(repeat),
+            knobs=tuple((name, _knob_value(name, text)) for name, text in read),
+        )
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def record_path(study: str, point: GridPoint, root: str = "results") -> str:
+    return f"{root}/{study}/runs/{point.stem()}.json"
+
+
+def _condition_holds(value, condition) -> bool:
+    if isinstance(condition, dict):
+        return condition.get("min", value) <= value <= condition.get("max", value)
+    if isinstance(condition, list):
+        return value in condition
+    return value == condition
+
+
+def matches(point: GridPoint, clause: dict, unread: bool = False) -> bool:
+    """Whether every condition of `clause` holds at `point`; a condition on a
+    knob the point's framework does not read holds if `unread` (a `then` asks
+    nothing of such a run), else not (an `exclude` or a `when` is not about it)."""
+    values = {**point.as_dict(), "gpus": point.gpus, **dict(point.knobs)}
+    return all(
+        _condition_holds(values[axis], cond) if axis in values else unread
+        for axis, cond in clause.items()
+    )
+
+
+def allowed(point: GridPoint, constraints: dict) -> bool:
+    cap = constraints.get("max_total_gpus")
+    if cap is not None and point.gpus > cap:
+        return False
+    if any(matches(point, clause) for clause in constraints.get("exclude", [])):
+        return False
+    return all(
+        matches(point, rule["then"], unread=True)
+        for rule in constraints.get("only", [])
+        if matches(point, rule["when"])
+    )
+
+
+def knob_axes(config: dict) -> list[str]:
+    """The knob axes the study's grid varies, in KNOB_AXES order."""
+    return [name for name in KNOB_AXES if name in config["grid"]]
+
+
+def _knob_combinations(grid: dict, names: list[str], framework: str):
+    """Every combination of the knob axes this framework reads; the others
+    neither multiply its runs nor label them."""
+    read = [name for name in names if reads_setting(framework, name)]
+    for values in itertools.product(*(grid[name] for name in read)):
+        yield tuple(zip(read, values, strict=True))
+
+
+def expand_grid(config: dict) -> list[GridPoint]:
+    """Every run of the study, in a stable order (framework, model, batch, nodes, GPUs, repeat)."""
+    grid = config["grid"]
+    constraints = config.get("constraints", {})
+    names = knob_axes(config)
+    points = []
+    for values in itertools.product(*(grid[axis] for axis in AXES)):
+        for knobs in _knob_combinations(grid, names, values[0]):
+            point = GridPoint(*values, knobs=knobs)
+            if allowed(point, constraints):
+                points += [
+                    GridPoint(*values, repeat=r, knobs=knobs)
+                    for r in range(1, grid.get("repeats", 1) + 1)
+                ]
+    return sorted(points)
+
+
+def run_settings(config: dict, point: GridPoint) -> RunSettings:
+    """The harness settings of one grid point of this study: benchmark, then its knobs."""
+    bench = config["benchmark"]
+    chosen = {**{k: v for k, v in bench.items() if k in SETTING}, **dict(point.knobs)}
+    # A setting the framework does not read stays at its default: the record
+    # then says nothing false of the run (a TensorFlow run has no ZeRO stage).
+    extra = {
+        k: SETTING[k].coerce(v) for k, v in chosen.items() if reads_setting(point.framework, k)
+    }
+    return RunSettings(
+        framework=point.framework,
+        nodes=point.nodes,
+        gpus_per_node=point.gpus_per_node,
+        model=point.model,
+        batch_size=point.batch_size,
+        **extra,
+    )
+
+
+def train_arguments(config: dict, point: GridPoint) -> str:
+    """`trainscale` options for a grid point, each shell-quoted."""
+    return " ".join(shlex.quote(arg) for arg in run_settings(config, point).to_cli_args())
+
+
+# --------------------------------------------------------------------------
+# Checking a configuration
+# --------------------------------------------------------------------------
+
+
+def missing_environment(config: dict, jobs: list[tuple[str, str]], root: str = ".") -> str:
+    """'' when every training environment (train_env, torch_env: the registry
+    names each framework's) that a job not yet run would run from has
+    bin/trainscale here; else one line naming the key, the path and the jobs.
+    `jobs`: (framework, output) of each train job and probe; one whose output
+    exists has run. A dry run shows the line as a warning; a real run is
+    refused with it."""
+    waiting: dict[str, list[str]] = {}
+    for framework, output in jobs:
+        if not os.path.exists(os.path.join(root, output)):
+            waiting.setdefault(framework_spec(framework).environment, []).append(framework)
+    for key, frameworks in waiting.items():
+        environment = config[key]
+        if os.path.isfile(os.path.join(root, environment, "bin", "trainscale")):
+            continue
+        names = ", ".join(sorted(set(frameworks)))
+        return (
+            f"config key {key}: {environment!r} has no bin/trainscale, and {len(frameworks)} "
+            f"job(s) not yet run ({names}) would run from it; build it "
+            f"(make {key.replace('_', '-')}), name the environment that has it, or set "
+            "cluster.environment_check: node where only the compute nodes have it"
+        )
+    return ""
+
+
+def node_environment_check(trainscale: str) -> str:
+    """The shell line a job runs first under cluster.environment_check: node:
+    it fails the job in one line naming the path when the node lacks it (the
+    workflow then records that line as the point's failure)."""
+    path = shlex.quote(trainscale)
+    return (
+        f'test -x {path} || {{ echo "{NODE_CHECK_FAILED} {trainscale} is not there on '
+        f'$(hostname)" >&2; exit 3; }}; '
+    )
+
+
+def check_config(config: dict, root: str = ".", cached: bool = False) -> list[GridPoint]:
+    """Checks a schema cannot express; returns the grid. Raises ConfigError.
+    `cached`: a study of cached records, whose frameworks trainscale may not
+    run (schema.config_schema); their points are read, never run or checked."""
+    grid = config["grid"]
+    for axis in (*AXES, *knob_axes(config)):
+        values = grid[axis]
+        duplicates = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if duplicates:
+            raise ConfigError(f"config key grid.{axis}: duplicate values {duplicates}")
+    for name in ("study", "reference"):
+        value = config.get(name)
+        if value is not None and not SAFE_NAME.match(str(value)):
+            raise ConfigError(
+                f"config key {name}: {value!r} has characters that are not safe in a path"
+            )
+    cluster = config.get("cluster") or {}
+    for name in ("partition", "account", "gpu_model", "qos"):
+        value = cluster.get(name)
+        if value not in (None, "") and not SAFE_NAME.match(str(value)):
+            raise ConfigError(
+                f"config key cluster.{name}: {value!r} has characters that are not safe "
+                "in a path or a shell"
+            )
+    points = expand_grid(config)
+    if not points:
+        raise ConfigError(
+            "config key constraints: the constraints leave no run of the grid "
+            "(check max_total_gpus, exclude and only)"
+        )
+    reference = config.get("reference")
+    if reference:
+        if reference == config["study"]:
+            raise ConfigError("config key reference: a study cannot be its own reference")
+        runs = os.path.join(root, "results", reference, "runs")
+        if not os.path.isdir(runs):
+            raise ConfigError(
+                f"config key reference: study {reference!r} has no cached records " f"(no {runs}/)"
+            )
+    for point in points:
+        if cached and point.framework not in FRAMEWORKS:
+            continue
+        try:
+            validate(run_settings(config, point), check_data=False)
+        except SettingsError as err:
+            raise ConfigError(f"config key benchmark/grid ({point.stem()}): {err}") from None
+    _check_networks(config, points)
+    if (config.get("predict") or {}).get("link") == "probe" and not (
+        (config.get("probe") or {}).get("enabled")
+    ):
+        raise ConfigError("predict.link: probe needs probe.enabled: true (no probe, no link)")
+    return points
+
+
+def _check_networks(config: dict, points: list[GridPoint]) -> None:
+    """Every network a point runs over is one cluster.networks defines ('' is
+    the cluster's default route): a name alone selects no interface."""
+    defined = (config.get("cluster") or {}).get("networks") or {}
+    for network in sorted({run_settings(config, p).network for p in points} - {""}):
+        if network not in defined:
+            where = "grid.network" if "network" in config["grid"] else "benchmark.network"
+            names = ", ".join(sorted(defined)) or "none"
+            raise ConfigError(
+                f"config key {where}: network {network!r} is not one cluster.networks "
+                f"defines (it defines: {names}); add its environment there"
+            )
+
+
+def network_environment(config: dict, network: str) -> dict[str, str]:
+    """The environment every job over `network` runs with (cluster.networks):
+    what selects its interface for NCCL, Gloo, Open MPI and Horovod."""
+    if not network:
+        return {}
+    definition = config["cluster"]["networks"][network]
+    return {name: str(value) for name, value in definition["environment"].items()}
+
+
+def environment_prefix(environment: dict[str, str]) -> str:
+    """`env NAME=VALUE ... ` to put before a shell command ('' for none)."""
+    if not environment:
+        return ""
+    pairs = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(environment.items()))
+    return f"env {pairs} "
+
+
+# --------------------------------------------------------------------------
+# What a grid point asks of a cluster
+# --------------------------------------------------------------------------
+
+
+def job_shape(config: dict, point: GridPoint, attempt: int = 1) -> dict:
+    """Nodes, tasks, GPUs, CPUs, memory and runtime of one grid point's job.
+
+    One task per process: Horovod one rank per GPU; MultiWorkerMirrored one
+    worker per node holding its GPUs (one per replica on CPU); Mirrored and
+    tf-single one process. GPUs are asked for per node: for GPU runs, and for
+    CPU runs too when `cluster.request_gpus_on_cpu` is set (the SLURM lab's
+    fake GPUs, to test that path).
+    """
+    cluster = config.get("cluster") or {}
+    settings = run_settings(config, point)
+    tasks_per_node = settings.processes_per_node()
+    asks_gpus = settings.device == "gpu" or cluster.get("request_gpus_on_cpu", False)
+    gpus_per_node = point.gpus_per_node if asks_gpus else 0
+    cpus_per_gpu = cluster.get("cpus_per_gpu", 4)
+    runtime = cluster.get("runtime_minutes", 30) * attempt
+    gres = None
+    if gpus_per_node:
+        model = cluster.get("gpu_model")
+        gres = f"gpu:{model}:{gpus_per_node}" if model else f"gpu:{gpus_per_node}"
+    return {
+        "nodes": point.nodes,
+        "tasks": point.nodes * tasks_per_node,
+        "tasks_per_node": tasks_per_node,
+        "cpus_per_task": max(1, cpus_per_gpu * point.gpus_per_node // tasks_per_node),
+        "gpus_per_node": gpus_per_node,
+        "gres": gres,
+        "mem_mb": cluster.get("mem_mb_per_gpu", 16000) * point.gpus_per_node,
+        "runtime": runtime,
+        "gpu_hours": point.gpus * runtime / 60 if settings.device == "gpu" else 0.0,
+    }
+
+
+def slurm_resources(config: dict, point: GridPoint, attempt: int = 1) -> dict:
+    """The job shape in the resource names snakemake-executor-plugin-slurm reads.
+
+    The plugin's rules, which this encodes (its submit_string.py, v2.8):
+    - a job with an `mpi` resource runs its command directly in the batch
+      step; without one, the jobstep plugin wraps it in `srun -n1`, which
+      would start our launcher once on one node. Multi-process points set
+      mpi=srun (trainscale run then starts the ranks with srun itself); the
+      plugin refuses mpi jobs of one task, so single-process points leave it
+      empty and run in that one step.
+    - for mpi jobs exactly one of tasks / tasks_per_node may be set (0 = unset):
+      tasks_per_node when a node runs several processes, else tasks;
+    - for GPU jobs it sets --ntasks-per-gpu to `tasks` unless tasks_per_gpu
+      is given; 0 turns that off, so the task geometry stays ours.
+    """
+    shape = job_shape(config, point, attempt)
+    cluster = config.get("cluster") or {}
+    total, per_node = shape["tasks"], shape["tasks_per_node"]
+    several_per_node = total > 1 and per_node > 1
+    resources = {
+        "nodes": shape["nodes"],
+        "tasks": 0 if several_per_node else total,
+        "tasks_per_node": per_node if several_per_node else 0,
+        "tasks_per_gpu": 0,
+        "mpi": "srun" if total > 1 else "",
+        "cpus_per_task": shape["cpus_per_task"],
+        "mem_mb": shape["mem_mb"],
+        "runtime": shape["runtime"],
+        "gres": shape["gres"] or "",
+        "slurm_partition": cluster.get("partition") or "",
+        "slurm_account": cluster.get("account") or "",
+        # The plugin (2.8.0) refuses --qos in slurm_extra and asks for its
+        # `qos` resource; None leaves it unset (an empty one would reach sbatch
+        # as --qos='').
+        "qos": cluster.get("qos") or None,
+        # The plugin names every job of a run alike (its run ID): a singleton
+        # starts once the one before it has ended.
+        "slurm_extra": "--dependency=singleton" if cluster.get("one_job_at_a_time") else "",
+    }
+    return resources
