@@ -37,8 +37,8 @@ def cell(framework: str, model: str, precision: str, xla: bool, args, folder: st
         "--nodes", "1", "--gpus-per-node", "1",
         "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
         "--dataset", "synthetic", "--precision", precision, "--xla" if xla else "--no-xla",
-        "--warmup-steps", str(args.warmup_steps), "--iterations", str(args.iterations),
-        "--steps-per-iteration", str(args.steps_per_iteration),
+        "--warmup-steps", str(args.warmup_steps), "--blocks", str(args.blocks),
+        "--steps-per-block", str(args.steps_per_block),
         "--timeout", str(args.timeout), "--attempt", "1", "--attempts", "1",
         "--output", output,
     ]  # fmt: skip
@@ -79,8 +79,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--warmup-steps", type=int, default=10)
-    parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--steps-per-iteration", type=int, default=20)
+    parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--steps-per-block", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
 

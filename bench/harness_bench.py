@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
-    measure = dict(warmup_steps=2, iterations=4, steps_per_iteration=8, device=args.device)
+    measure = dict(warmup_steps=2, blocks=4, steps_per_block=8, device=args.device)
     results: dict = {}
     work = tempfile.mkdtemp(prefix="trainscale-bench-")
 
@@ -125,7 +125,7 @@ def main() -> None:
     data_dir = os.path.join(work, "data")
     generate_cifar100(data_dir, 2048, seed=0)
     vgg = RunSettings(framework="tf-single", model="vgg16", batch_size=32, image_size=32, **measure)
-    steps = measure["steps_per_iteration"]
+    steps = measure["steps_per_block"]
     images = vgg.batch_size * steps
     cifar = dataclasses.replace(vgg, dataset="cifar100", data_dir=data_dir)
     synthetic = dataclasses.replace(vgg, dataset="synthetic")
@@ -160,7 +160,7 @@ def main() -> None:
     # (mpirun for Horovod, TF_CONFIG for MultiWorker), alternating.
     # tf-single first: every ratio is against it.
     results["one_replica"] = one_replica_each(
-        dataclasses.replace(synthetic, iterations=8),
+        dataclasses.replace(synthetic, blocks=8),
         tuple(spec.name for spec in REGISTRY if spec.ecosystem == "tensorflow"),
         work,
     )

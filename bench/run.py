@@ -70,8 +70,8 @@ def cross_ecosystem(train_python: str, torch_python: str, device: str) -> dict:
     for model in ("small_cnn", "vgg16"):
         settings = RunSettings(
             framework="tf-single", model=model, batch_size=32, image_size=32,
-            dataset="synthetic", device=device, warmup_steps=2, iterations=8,
-            steps_per_iteration=256 if model == "small_cnn" else 8,
+            dataset="synthetic", device=device, warmup_steps=2, blocks=8,
+            steps_per_block=256 if model == "small_cnn" else 8,
         )  # fmt: skip
         blocks = {"tf-single": [], "torch-single": []}
         for _ in range(2):

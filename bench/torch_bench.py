@@ -117,7 +117,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    measure = dict(warmup_steps=2, iterations=4, steps_per_iteration=8, device=args.device)
+    measure = dict(warmup_steps=2, blocks=4, steps_per_block=8, device=args.device)
     results: dict = {}
     work = tempfile.mkdtemp(prefix="trainscale-torch-bench-")
     rounds = 3 * args.repeats
@@ -130,7 +130,7 @@ def main() -> None:
 
     synthetic = RunSettings(
         framework="torch-single", model="vgg16", batch_size=32, image_size=32,
-        dataset="synthetic", **{**measure, "iterations": 8},
+        dataset="synthetic", **{**measure, "blocks": 8},
     )  # fmt: skip
     if args.only == "ray-train":
         json.dump({"ray_train_vs_ddp": ray_train_rows(synthetic, work)}, sys.stdout, indent=2)

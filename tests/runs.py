@@ -24,9 +24,9 @@ TINY = [
     "32",
     "--warmup-steps",
     "1",
-    "--iterations",
+    "--blocks",
     "2",
-    "--steps-per-iteration",
+    "--steps-per-block",
     "2",
 ]
 
@@ -408,7 +408,7 @@ def harness_synthetic_loss(framework: str, output: Path) -> float:
         *("--framework", framework, "--gpus-per-node", str(replicas)),
         *("--model", "vgg16", "--image-size", "32", "--device", "cpu"),
         *("--batch-size", "2", "--dataset", "synthetic", *EXAMPLE_SGD),
-        *("--warmup-steps", "1", "--iterations", "1", "--steps-per-iteration", "1"),
+        *("--warmup-steps", "1", "--blocks", "1", "--steps-per-block", "1"),
         *horovod_launcher(framework),
         *("--output", str(output)),
         check=True,

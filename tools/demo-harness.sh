@@ -18,7 +18,7 @@ fi
 
 common=(--model vgg16 --image-size 32 --batch-size 32 --dataset cifar100
         --data-dir "$demo_dir/data" --device cpu
-        --warmup-steps 2 --iterations 5 --steps-per-iteration 5)
+        --warmup-steps 2 --blocks 5 --steps-per-block 5)
 # One line per framework: its name, replicas, and its environment's config key.
 frameworks=$("$train_venv/bin/python" -c "
 from trainscale.study.registry import REGISTRY

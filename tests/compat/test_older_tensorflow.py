@@ -16,7 +16,7 @@ import pytest
 
 TINY = [
     "--model", "small_cnn", "--batch-size", "16", "--image-size", "32", "--device", "cpu",
-    "--warmup-steps", "1", "--iterations", "2", "--steps-per-iteration", "2",
+    "--warmup-steps", "1", "--blocks", "2", "--steps-per-block", "2",
 ]  # fmt: skip
 
 

@@ -16,8 +16,8 @@ from conftest import trainscale
         (["--framework", "horovod", "--batch-size", "-8"], "--batch-size must be a positive"),
         (["--framework", "horovod", "--gpus-per-node", "0"], "--gpus-per-node must be a positive"),
         (["--framework", "horovod", "--nodes", "-1"], "--nodes must be a positive"),
-        (["--framework", "horovod", "--iterations", "0"], "--iterations must be a positive"),
-        (["--framework", "horovod", "--steps-per-iteration", "0"], "--steps-per-iteration"),
+        (["--framework", "horovod", "--blocks", "0"], "--blocks must be a positive"),
+        (["--framework", "horovod", "--steps-per-block", "0"], "--steps-per-block"),
         (["--framework", "horovod", "--image-size", "16"], "--image-size 16 is below vgg16's"),
         (
             ["--framework", "horovod", "--model", "inception_v3", "--image-size", "64"],

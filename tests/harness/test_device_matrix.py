@@ -20,8 +20,8 @@ def test_the_device_matrix_runs_each_cell_through_the_harness():
         sys.executable, os.path.join(REPO, "bench", "device_matrix.py"),
         "--device", "cpu", "--models", "small_cnn", "--frameworks", "horovod",
         "--precisions", "fp32", "--xla", "off", "on", "--batch-size", "8",
-        "--image-size", "32", "--warmup-steps", "1", "--iterations", "2",
-        "--steps-per-iteration", "2",
+        "--image-size", "32", "--warmup-steps", "1", "--blocks", "2",
+        "--steps-per-block", "2",
     ]  # fmt: skip
     # A hang bound, sized for a CPU several times slower than the fastest here.
     result = subprocess.run(command, capture_output=True, text=True, timeout=900)

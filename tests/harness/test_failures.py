@@ -36,9 +36,9 @@ BIG = [
     "cpu",
     "--warmup-steps",
     "1",
-    "--iterations",
+    "--blocks",
     "1",
-    "--steps-per-iteration",
+    "--steps-per-block",
     "1",
 ]
 
@@ -118,7 +118,7 @@ def test_a_kernel_oom_kill_in_a_memory_cgroup_is_a_recorded_outcome(tmp_path):
 ENDLESS_HOROVOD = [
     "--framework", "horovod", "--gpus-per-node", "2", "--model", "small_cnn",
     "--image-size", "32", "--dataset", "synthetic", "--device", "cpu",
-    "--iterations", "100000",
+    "--blocks", "100000",
 ]  # fmt: skip
 
 
@@ -312,9 +312,9 @@ def test_concurrent_runs_on_one_machine_do_not_collide(tmp_path, cifar_dir):
             "cpu",
             "--warmup-steps",
             "1",
-            "--iterations",
+            "--blocks",
             "2",
-            "--steps-per-iteration",
+            "--steps-per-block",
             "2",
             "--timeout",
             "900",  # a hang bound: four 2-process runs share 2 cores

@@ -116,7 +116,7 @@ def test_a_time_budget_bounds_the_timed_blocks_on_every_process(tmp_path, framew
     output = tmp_path / "record.json"
     result = trainscale(
         "run", "--framework", framework, "--gpus-per-node", "2", "--model", "small_cnn",
-        "--dataset", "synthetic", *TINY, "--iterations", "100000", "--time-budget-seconds", "2",
+        "--dataset", "synthetic", *TINY, "--blocks", "100000", "--time-budget-seconds", "2",
         "--output", str(output), check=True,
     )  # fmt: skip
     record = load_json(output)

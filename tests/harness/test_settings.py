@@ -188,3 +188,16 @@ def test_a_cpu_rank_takes_its_share_of_the_cores_and_no_more_than_slurm_granted(
     assert [cpu_share(n) for n in (1, 2)] == [1, 1]
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
     assert [cpu_share(n) for n in (1, 2, 4)] == [3, 3, 2]
+
+
+def test_the_former_block_flags_still_parse_and_are_not_shown():
+    from trainscale.cli import build_parser, parse
+
+    _, old, _ = parse(["train", "--framework", "horovod", "--iterations", "3",
+                       "--steps-per-iteration", "4"])  # fmt: skip
+    _, new, _ = parse(
+        ["train", "--framework", "horovod", "--blocks", "3", "--steps-per-block", "4"]
+    )
+    assert old == new and (new.blocks, new.steps_per_block) == (3, 4)
+    shown = build_parser()[1]["train"].format_help()
+    assert "--blocks" in shown and "--iterations" not in shown

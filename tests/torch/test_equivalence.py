@@ -38,7 +38,7 @@ def _train(tmp_path, cifar_dir, framework, replicas, *options):
         *("--model", "vgg16", "--image-size", "32", "--device", "cpu"),
         *("--global-batch-size", str(GLOBAL_BATCH), "--data-dir", cifar_dir),
         *("--optimizer", "sgd", "--learning-rate", "0.05"),
-        *("--warmup-steps", "1", "--iterations", "1", "--steps-per-iteration", "1"),
+        *("--warmup-steps", "1", "--blocks", "1", "--steps-per-block", "1"),
         *("--output", str(output), "--save-weights", str(weights)),
         *options,
         check=True,

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 # 2 CPU ranks training (nearly) forever: only a stop ends them.
 ENDLESS = [
     "--gpus-per-node", "2", "--model", "small_cnn", "--image-size", "32",
-    "--dataset", "synthetic", "--device", "cpu", "--iterations", "100000",
+    "--dataset", "synthetic", "--device", "cpu", "--blocks", "100000",
 ]  # fmt: skip
 FIRST_BLOCK = "block 1/100000"
 

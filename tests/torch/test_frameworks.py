@@ -120,9 +120,9 @@ def test_out_of_memory_is_a_recorded_outcome(tmp_path, framework):
         "cpu",
         "--warmup-steps",
         "1",
-        "--iterations",
+        "--blocks",
         "1",
-        "--steps-per-iteration",
+        "--steps-per-block",
         "1",
     ]
     args = ["--framework", framework, "--gpus-per-node", str(replicas), *big, *one_step]

@@ -42,7 +42,7 @@ def _peak_mib(tmp_path, framework, *options) -> float:
         *("--model", "vgg16", "--image-size", "32", "--batch-size", "4"),
         *("--dataset", "synthetic", "--device", "cpu", "--optimizer", "adam"),
         *("--precision", "bf16"),
-        *("--warmup-steps", "1", "--iterations", "1", "--steps-per-iteration", "1"),
+        *("--warmup-steps", "1", "--blocks", "1", "--steps-per-block", "1"),
         *("--output", str(output)),
         check=True,
         timeout=600,

@@ -263,9 +263,21 @@ def test_collect_refuses_a_truncated_record(tmp_path):
 
 def test_collect_refuses_a_record_measured_with_other_settings(tmp_path):
     path = stored(tmp_path, "horovod/vgg16/b64/n1g2r1", source="measured")
-    expected = {**json.loads(Path(path).read_text())["settings"], "iterations": 50}
-    with pytest.raises(CollectError, match=r"iterations=10 \(config: 50\)"):
+    expected = {**json.loads(Path(path).read_text())["settings"], "blocks": 50}
+    with pytest.raises(CollectError, match=r"blocks=10 \(config: 50\)"):
         collect("s", [path], {path: expected})
+
+
+def test_a_record_written_with_the_former_block_names_reads_as_now(tmp_path):
+    # Records of before the rename say iterations and steps_per_iteration.
+    path = stored(tmp_path, "horovod/vgg16/b64/n1g2r1", source="measured")
+    settings = json.loads(Path(path).read_text())["settings"]
+    assert settings["iterations"] == 10 and "blocks" not in settings
+    expected = {k: v for k, v in settings.items() if "iteration" not in k}
+    expected.update(blocks=10, steps_per_block=settings["steps_per_iteration"])
+    assert collect("s", [path], {path: expected})["images_per_sec_mean"].item() == 451.698
+    with pytest.raises(CollectError, match=r"blocks=10 \(config: 11\)"):
+        collect("s", [path], {path: {**expected, "blocks": 11}})
 
 
 def test_collect_refuses_a_study_that_mixes_cpu_and_gpu(tmp_path):

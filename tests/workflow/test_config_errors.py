@@ -91,6 +91,14 @@ def test_a_study_that_leaves_settings_out_measures_their_defaults():
     assert run_settings(config, point) == default
 
 
+def test_a_study_written_with_the_former_block_names_reads_as_now():
+    config = base()
+    config["benchmark"].update(iterations=3, steps_per_iteration=4)
+    checked = validate_config(config, SCHEMA)
+    assert (checked["benchmark"]["blocks"], checked["benchmark"]["steps_per_block"]) == (3, 4)
+    assert "iterations" not in checked["benchmark"]
+
+
 def edit(path, value):
     def apply(config):
         *parents, last = path
@@ -200,7 +208,7 @@ BAD = [
         "config key benchmark.horovod_fusion_threshold_mb",
     ),
     ("unknown dataset", edit(["benchmark", "dataset"], "imagenet"), "config key benchmark.dataset"),
-    ("zero iterations", edit(["benchmark", "iterations"], 0), "config key benchmark.iterations"),
+    ("zero iterations", edit(["benchmark", "blocks"], 0), "config key benchmark.blocks"),
     (
         "negative learning rate",
         edit(["benchmark", "learning_rate"], -0.1),

@@ -40,8 +40,8 @@ STUDY = {
         "image_size": 32,
         "device": "cpu",
         "warmup_steps": 1,
-        "iterations": 2,
-        "steps_per_iteration": 2,
+        "blocks": 2,
+        "steps_per_block": 2,
     },
 }
 RECORD = "results/tiny-cpu/runs/horovod/small_cnn/b16/n1g2r1.json"
@@ -192,13 +192,13 @@ def test_changed_settings_are_refused_naming_the_keys_and_nothing_runs(study, tm
     # silently rewrote its saved config, so the records lost their explanation.
     repo = _copy_of_study(study, tmp_path)
     before = _tree(os.path.join(repo, "results", "tiny-cpu"))
-    changed = {**STUDY, "benchmark": {**STUDY["benchmark"], "image_size": 64, "iterations": 3}}
+    changed = {**STUDY, "benchmark": {**STUDY["benchmark"], "image_size": 64, "blocks": 3}}
     result = snakemake(repo, *local_study(repo, changed))
     assert result.returncode != 0
     assert (
-        "Invalid study configuration: config keys benchmark.image_size, benchmark.iterations: "
+        "Invalid study configuration: config keys benchmark.image_size, benchmark.blocks: "
         "study 'tiny-cpu' was measured with other settings (image_size 32 -> 64, "
-        "iterations 2 -> 3; saved in ./results/tiny-cpu/config.yaml)"
+        "blocks 2 -> 3; saved in ./results/tiny-cpu/config.yaml)"
     ) in result.stderr
     assert "name a new study, or move results/tiny-cpu away" in result.stderr
     assert train_jobs(result.stdout + result.stderr) == 0
@@ -448,7 +448,7 @@ def test_a_job_killed_on_its_last_attempt_is_recorded_as_failed(tmp_path):
     study = study_variant(
         "killed",
         grid={"framework": ["tf-single"], "gpus_per_node": [1], "batch_size": [16, 32]},
-        benchmark={"iterations": 100, "steps_per_iteration": 10},
+        benchmark={"blocks": 100, "steps_per_block": 10},
         train_retries=0,
         constraints={},
     )
@@ -496,7 +496,7 @@ def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path, signal
         "interrupted",
         grid={"framework": ["tf-single", "horovod"], "gpus_per_node": [1, 2]},
         # Long enough (about 2,000 steps) to be interrupted inside a training.
-        benchmark={"iterations": 200, "steps_per_iteration": 10},
+        benchmark={"blocks": 200, "steps_per_block": 10},
         # No retries: a job cancelled by Ctrl-C is not a failure to record.
         train_retries=0,
     )

@@ -174,7 +174,7 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_p
     repo = copy_repository(str(tmp_path / "repo"))
     # No retries here: the point is to see the failure, not to recover from it.
     config = study_config(study="slurm-lab-cancel", train_retries=0)
-    config["benchmark"].update(data_dir="results/slurm-lab-cancel/data", iterations=30)
+    config["benchmark"].update(data_dir="results/slurm-lab-cancel/data", blocks=30)
     config["grid"].update(framework=["horovod", "tf-single"], nodes=[1, 2], gpus_per_node=[1])
     config["constraints"] = {"exclude": [{"framework": "tf-single", "nodes": 2}]}
     args = profile_args(repo, "cancel.yaml", config)
@@ -234,7 +234,7 @@ def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab, tmp_pa
     # SLURM's own kill would never leave.
     repo = copy_repository(str(tmp_path / "repo"))
     config = study_config(study="slurm-lab-limit", train_retries=0)
-    config["benchmark"].update(data_dir="results/slurm-lab-limit/data", iterations=1000000)
+    config["benchmark"].update(data_dir="results/slurm-lab-limit/data", blocks=1000000)
     config["cluster"]["runtime_minutes"] = 1
     config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
     result = snakemake(repo, *profile_args(repo, "limit.yaml", config), timeout=600)

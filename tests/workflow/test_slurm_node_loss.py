@@ -66,8 +66,8 @@ def _kill_a_node_of_the_job(run: subprocess.Popen, spared: set[int]) -> tuple[se
 def node_loss_study(study: str, train_retries: int) -> dict:
     config = study_config(study=study, train_retries=train_retries)
     # Long enough to be running when the node dies.
-    config["benchmark"].update(data_dir=f"results/{study}/data", iterations=150)
-    config["benchmark"]["steps_per_iteration"] = 20
+    config["benchmark"].update(data_dir=f"results/{study}/data", blocks=150)
+    config["benchmark"]["steps_per_block"] = 20
     config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
     return config
 

@@ -31,7 +31,7 @@ STUDY = {
         "repeats": 1,
     },
     "constraints": {"exclude": [{"framework": "tf-single", "gpus_per_node": {"min": 2}}]},
-    "benchmark": {"dataset": "synthetic", "image_size": 32, "device": "cpu", "iterations": 4},
+    "benchmark": {"dataset": "synthetic", "image_size": 32, "device": "cpu", "blocks": 4},
 }
 
 
@@ -49,7 +49,7 @@ def check(config, saved, root):
 
 def test_measurement_settings_are_what_a_record_measured():
     settings = measurement_settings(STUDY)
-    assert settings["iterations"] == 4 and settings["image_size"] == 32
+    assert settings["blocks"] == 4 and settings["image_size"] == 32
     assert settings["warmup_steps"] == RunSettings(framework="tf-single").warmup_steps
     assert settings["generate_cifar100_images"] is None
     # Where the data lives, and the grid's own axes, are not settings of a record.
@@ -68,7 +68,7 @@ def test_a_new_study_saves_its_config(tmp_path):
     ("changed", "named"),
     [
         ({"image_size": 64}, "config key benchmark.image_size: "),
-        ({"iterations": 8, "seed": 1}, "config keys benchmark.iterations, benchmark.seed: "),
+        ({"blocks": 8, "seed": 1}, "config keys benchmark.blocks, benchmark.seed: "),
         # Not given before: the default (10) was measured, and 20 is a change.
         ({"warmup_steps": 20}, "config key benchmark.warmup_steps: "),
         ({"time_budget_seconds": 3}, "config key benchmark.time_budget_seconds: "),

@@ -24,9 +24,10 @@ import numpy as np
 import pandas as pd
 
 from trainscale.core.records import read_record
+from trainscale.core.setting import renamed
 from trainscale.study.registry import label as framework_label
 from trainscale.study.registry import table_order
-from trainscale.study.settings import RunSettings, panel_knobs, reads_setting
+from trainscale.study.settings import RunSettings, all_settings, panel_knobs, reads_setting
 from trainscale.study.study import KNOB_AXES, GridPoint, join_knobs, knob_text, parse_knobs
 
 SETTING_DEFAULTS = {
@@ -186,7 +187,8 @@ def check_record(path: str, expected: dict | None = None) -> dict:
     except ValueError as err:
         raise CollectError(str(err)) from None
     # A setting newer than the record was at its default when it was measured.
-    measured = {**SETTING_DEFAULTS, **(record.get("settings") or {})}
+    # A record written under a setting's former name (iterations) reads as now.
+    measured = {**SETTING_DEFAULTS, **renamed(record.get("settings") or {}, all_settings())}
     point = GridPoint.from_path(path)
     if point:
         named = {key: getattr(point, key) for key in GRID_KEYS}

@@ -60,6 +60,9 @@ class Setting:
     check: Callable[[Any], str] | None = None
     # The command-line flag where --NAME cannot be it (None: --NAME).
     cli_flag: str | None = None
+    # Names it had before (records, study configs and command lines written
+    # with them stay readable: renamed(), and a hidden flag each).
+    former_names: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -131,6 +134,9 @@ def add_argument(group, setting: Setting, default=None) -> None:
             "--no-" + setting.flag[2:], dest=setting.name, action="store_false", help=SUPPRESS
         )
         return
+    for former in setting.former_names:
+        flag = "--" + former.replace("_", "-")
+        group.add_argument(flag, dest=setting.name, type=setting.type, help=SUPPRESS)
     required = default is REQUIRED
     choices = f"; one of {', '.join(str(c) for c in setting.choices)}" if setting.choices else ""
     shown = "" if required or default is None else " (default: %(default)s)"
@@ -143,3 +149,15 @@ def add_argument(group, setting: Setting, default=None) -> None:
         metavar=setting.metavar,
         help=f"{setting.help}{choices}{shown}",
     )
+
+
+def renamed(values: dict, settings) -> dict:
+    """`values` (a record's settings, a study's benchmark:) with each of
+    `settings`' former names under its current one (a current name given too wins)."""
+    values = dict(values)
+    for setting in settings:
+        for former in setting.former_names:
+            if former in values:
+                old = values.pop(former)
+                values.setdefault(setting.name, old)
+    return values

@@ -1,7 +1,7 @@
 """Turning timed blocks into throughput statistics. Pure NumPy: no TensorFlow.
 
 Definitions (also in the README):
-- A *block* is `steps_per_iteration` training steps timed together, ending
+- A *block* is `steps_per_block` training steps timed together, ending
   with a device sync (the host reads the step's loss, which cannot exist
   before every earlier step on that replica has finished).
 - A process's block rate is images it trained in the block / block seconds.

@@ -151,19 +151,19 @@ def _warm_up(backend: Backend) -> float:
 
 
 def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, float]:
-    """Time blocks of steps until `iterations` or the time budget; returns them and the loss."""
+    """Time blocks of steps until `blocks` or the time budget; returns them and the loss."""
     settings, topology = backend.settings, backend.topology
     blocks = BlockTimes(
         images_per_block=settings.batch_size
         * topology.replicas_in_process
-        * settings.steps_per_iteration,
+        * settings.steps_per_block,
         replicas_in_process=topology.replicas_in_process,
-        steps_per_block=settings.steps_per_iteration,
+        steps_per_block=settings.steps_per_block,
     )
-    budget = BlockBudget(settings.iterations, settings.time_budget_seconds)
-    for block in range(settings.iterations):
+    budget = BlockBudget(settings.blocks, settings.time_budget_seconds)
+    for block in range(settings.blocks):
         block_clock = Stopwatch()
-        for _ in range(settings.steps_per_iteration):
+        for _ in range(settings.steps_per_block):
             loss = backend.step()
         # Reading the loss waits for the last step: the device sync that ends
         # the block. Nothing else leaves the device inside the timed region.
@@ -176,9 +176,9 @@ def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, floa
             loss_value = float(gathered[:, 1].sum())
         if topology.is_chief:
             log(
-                f"{_who(settings)}: block {block + 1}/{settings.iterations} "
+                f"{_who(settings)}: block {block + 1}/{settings.blocks} "
                 f"{total:.1f} img/s total, {total / settings.replicas:.1f} per replica, "
-                f"{seconds / settings.steps_per_iteration * 1000:.1f} ms/step, "
+                f"{seconds / settings.steps_per_block * 1000:.1f} ms/step, "
                 f"loss {loss_value:.4f}"
             )
         if budget.done_after(float(gathered[:, 2].max())):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 
+from trainscale.core.setting import renamed
 from trainscale.study.settings import SETTING, all_settings
 from trainscale.study.study import SAFE_NAME, ConfigError
 
@@ -78,6 +79,9 @@ def validate_config(config: dict, schema: dict) -> dict:
     files only); returns the config."""
     import jsonschema
 
+    # A study written with a setting's former name (benchmark.iterations) reads as now.
+    if isinstance(config.get("benchmark"), dict):
+        config["benchmark"] = renamed(config["benchmark"], all_settings())
     check_schema(config, schema)
     properties = jsonschema.Draft202012Validator.VALIDATORS["properties"]
 

@@ -106,13 +106,16 @@ SETTINGS = (
     # after it, and every framework traces its step function on it.
     Setting("warmup_steps", int, 10, "untimed steps first (at least 1: tracing, broadcast)",
             minimum=1, group="measurement"),
-    Setting("iterations", int, 10, "timed blocks", minimum=1, group="measurement"),
-    Setting("steps_per_iteration", int, 20, "steps per timed block",
-            minimum=1, group="measurement"),
+    # A block is the unit timed (trainscale.core.timing); "iteration" was its
+    # second name until records, configs and flags all said block.
+    Setting("blocks", int, 10, "timed blocks", minimum=1, group="measurement",
+            former_names=("iterations",)),
+    Setting("steps_per_block", int, 20, "steps per timed block", minimum=1,
+            group="measurement", former_names=("steps_per_iteration",)),
     # A demo's work bounded by time on a CPU of any speed (trainscale.core.timing.BlockBudget).
     Setting("time_budget_seconds", float, 0.0,
             "stop timing blocks once they have taken this long (at least 2, at most "
-            "--iterations); 0: time exactly --iterations blocks",
+            "--blocks); 0: time exactly --blocks blocks",
             minimum=0, group="measurement", metavar="SECONDS"),
     # Accuracy mode (trainscale.core.accuracy says what is on the clock).
     Setting("mode", str, "throughput", "throughput: timed blocks of steps; accuracy: "
