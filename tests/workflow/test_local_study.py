@@ -343,11 +343,9 @@ def test_knob_axes_run_as_grid_points_of_their_own(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     runs = Path(repo, "results", "knobs", "runs")
     records = {str(p.relative_to(runs)): json.loads(p.read_text()) for p in runs.rglob("*.json")}
+    # TensorFlow's runs are not labelled with Horovod's compression: they do not read it.
     assert sorted(records) == sorted(
-        [
-            f"tf-single/small_cnn/b16/xla={x},horovod_compression=none/n1g1r1.json"
-            for x in ("false", "true")
-        ]
+        [f"tf-single/small_cnn/b16/xla={x}/n1g1r1.json" for x in ("false", "true")]
         + [
             f"horovod/small_cnn/b16/xla={x},horovod_compression={c}/n1g1r1.json"
             for x in ("false", "true")
@@ -358,7 +356,9 @@ def test_knob_axes_run_as_grid_points_of_their_own(tmp_path):
         assert record["status"] == "ok", path
         knobs = dict(pair.split("=") for pair in path.split("/")[3].split(","))
         assert str(record["settings"]["xla"]).lower() == knobs["xla"]
-        assert record["settings"]["horovod_compression"] == knobs["horovod_compression"]
+        # A knob the framework does not read was not passed: its default.
+        compression = knobs.get("horovod_compression", "none")
+        assert record["settings"]["horovod_compression"] == compression
     table = Path(repo, "results/knobs/tables/table1.md").read_text()
     assert "| Model | Batch/GPU | Knobs | GPUs |" in table
     assert "Horovod (horovod_compression=fp16) (images/sec)" in table
