@@ -1,7 +1,7 @@
 """From run records to the tidy table: each record checked, one row per run,
 speed-up and efficiency, repeats combined. pandas, no TensorFlow, no torch.
 
-Definitions (also in the README):
+Definitions (also in the docs: explanation/definitions.md):
 - speed-up of a run = its total images/sec / the images/sec of the SAME
   framework's 1-GPU run (1 node x 1 GPU) with the same model, batch, data,
   image size and device;

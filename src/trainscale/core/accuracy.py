@@ -1,6 +1,6 @@
 """Time-to-accuracy: definitions, kept pure (NumPy only), as timing.py is for throughput.
 
-What is on the clock (MLPerf Training's rules, also in the README):
+What is on the clock (MLPerf Training's rules, also in the docs: explanation/accuracy-clock.md):
 - The clock starts just before the first training step touches the data. It
   stops at the end of the evaluation that first shows the test accuracy at
   or above the target. Evaluation is on the clock.

@@ -1,6 +1,6 @@
 """Turning timed blocks into throughput statistics. Pure NumPy: no TensorFlow.
 
-Definitions (also in the README):
+Definitions (also in the docs: explanation/definitions.md):
 - A *block* is `steps_per_block` training steps timed together, ending
   with a device sync (the host reads the step's loss, which cannot exist
   before every earlier step on that replica has finished).
