@@ -199,5 +199,8 @@ def test_the_former_block_flags_still_parse_and_are_not_shown():
         ["train", "--framework", "horovod", "--blocks", "3", "--steps-per-block", "4"]
     )
     assert old == new and (new.blocks, new.steps_per_block) == (3, 4)
+    # Given neither, the declared defaults.
+    _, default, _ = parse(["train", "--framework", "horovod"])
+    assert (default.blocks, default.steps_per_block) == (10, 20)
     shown = build_parser()[1]["train"].format_help()
     assert "--blocks" in shown and "--iterations" not in shown

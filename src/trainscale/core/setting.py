@@ -135,8 +135,12 @@ def add_argument(group, setting: Setting, default=None) -> None:
         )
         return
     for former in setting.former_names:
+        # default=SUPPRESS: the former flag sets the value only when given
+        # (its own default would replace the setting's).
         flag = "--" + former.replace("_", "-")
-        group.add_argument(flag, dest=setting.name, type=setting.type, help=SUPPRESS)
+        group.add_argument(
+            flag, dest=setting.name, type=setting.type, default=SUPPRESS, help=SUPPRESS
+        )
     required = default is REQUIRED
     choices = f"; one of {', '.join(str(c) for c in setting.choices)}" if setting.choices else ""
     shown = "" if required or default is None else " (default: %(default)s)"
