@@ -104,10 +104,9 @@ def commands(blocks: list[str]) -> list[str]:
 def makefile_recipe(target: str) -> list[str]:
     """What `make TARGET` runs, as make itself expands it (its installs left out)."""
     installs = ["train-env", "torch-env", "analysis-env", "system"]
-    dry = subprocess.run(
-        ["make", "-n", *(f"--assume-old={i}" for i in installs), target],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    # --no-print-directory: under a make of its own (CI's), make says where it is.
+    make = ["make", "--no-print-directory", "-n", *(f"--assume-old={i}" for i in installs)]
+    dry = subprocess.run([*make, target], cwd=REPO, capture_output=True, text=True, check=True)
     return [line for line in dry.stdout.splitlines() if line and not line.startswith("echo")]
 
 

@@ -79,3 +79,21 @@ def test_environment_check_node_or_none_leaves_the_login_side_silent(clone):
         checks = output.count("; test -x .venv-")
         # Each train job and each network probe checks its node first.
         assert checks == (48 + output.count("rule probe:") if where == "node" else 0)
+
+
+def test_the_node_checks_line_is_the_record_of_its_failure(tmp_path):
+    # The job's log has the check's own line; SLURM's log has the job's shell
+    # command too, which quotes the same words: the record takes the line.
+    from trainscale.core.records import lost_job_record
+    from trainscale.study.settings import RunSettings
+    from trainscale.study.study import node_environment_check
+
+    command = node_environment_check(".venv-absent/bin/trainscale")
+    job_log, slurm_log = tmp_path / "job.log", tmp_path / "slurm.log"
+    said = "trainscale environment check (node): .venv-absent/bin/trainscale is not there on node1"
+    job_log.write_text(f"{said}\n")
+    slurm_log.write_text(f"Shell command: exec > job.log 2>&1; {command}...\nError in rule train\n")
+    settings = RunSettings(framework="tf-single", device="cpu")
+    record = lost_job_record(settings, [str(job_log), str(slurm_log)], 600)
+    assert record["status"] == "failed"
+    assert record["error"].splitlines()[0] == f"{said}; last attempt"

@@ -180,7 +180,9 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab, tmp_p
     args = profile_args(repo, "cancel.yaml", config)
     run = start_snakemake(repo, *args)
     try:
-        target = "wildcards_horovod_small_cnn_16_2_1_1"
+        # The plugin's job comment: the wildcards' values joined by _, the
+        # knobs folder's (empty: Horovod reads no knob of this grid) among them.
+        target = "wildcards_horovod_small_cnn_16__2_1_1"
         victim = None
         deadline = time.monotonic() + 240
         while victim is None and time.monotonic() < deadline:

@@ -208,8 +208,12 @@ def lost_job_record(settings, log_paths: list[str], time_limit_seconds: float) -
 
     tails = {path: log_tail(path) for path in log_paths}
     verdicts = [m.group(0) for tail in tails.values() for m in SLURM_VERDICT.finditer(tail)]
+    # The line itself, not the job's shell command quoting it (SLURM's log has both).
     missing = [
-        line for tail in tails.values() for line in tail.splitlines() if NODE_CHECK_FAILED in line
+        line.strip()
+        for tail in tails.values()
+        for line in tail.splitlines()
+        if line.strip().startswith(NODE_CHECK_FAILED)
     ]
     if missing:
         status, elapsed = "failed", None
