@@ -29,7 +29,7 @@ from trainscale.study.study import (
 )
 from trainscale.study.schema import config_schema, validate_config
 from trainscale.study.registry import FRAMEWORKS, base_of, framework_spec, table_order
-from trainscale.core.records import is_record_name
+from trainscale.core.records import record_paths
 from trainscale.network.probe import (
     PROBE_PATTERN,
     TRANSPORTS,
@@ -140,11 +140,6 @@ else:
     GENERATED_DATA = None
 
 
-# A record's path below runs/ (and its log's below logs/train/), as wildcards:
-# knobs_folder is '' or a folder naming the knobs the point's framework reads.
-RECORD_STEM = RECORD_PATTERN
-
-
 def _one_of(values):
     # In a group: Snakemake reads an empty constraint as none (.+), and a
     # point without knobs has '' for its knobs_folder.
@@ -155,14 +150,15 @@ def _one_of(values):
 PROBES = study_probes(config, POINTS) if not FOLDER.read_only else []
 
 
+def probe_files():
+    return [f"{RESULTS}/{job.stem()}.json" for job in PROBES]
+
+
 def environment_jobs():
     """(framework, output) of each train job and probe: whose environment each needs."""
     trains = [(p.framework, record_path(STUDY, p)) for p in RUNNABLE]
-    probes = [
-        (TRANSPORTS[j.transport].framework, f"{RESULTS}/{j.stem()}.json")
-        for j in PROBES
-    ]
-    return trains + probes
+    probes = zip((TRANSPORTS[j.transport].framework for j in PROBES), probe_files())
+    return trains + list(probes)
 
 
 # A train job runs from its framework's environment unless conda or a
@@ -172,26 +168,29 @@ def environment_jobs():
 DEPLOYED = {m.name for m in workflow.deployment_settings.deployment_method}
 ENVIRONMENT_CHECK = config["cluster"]["environment_check"]
 CHECKS_ENVIRONMENTS = not FOLDER.read_only and not DEPLOYED & {"CONDA", "APPTAINER"}
-MISLABELLED = [] if FOLDER.read_only else mislabelled_records(RESULTS)
-# What refuses a real run but not a dry one (-n, --dag, --rulegraph,
-# --summary, --report), which still shows the whole plan with one warning line
-# each; a real run is refused in onstart, before any job starts.
-REFUSALS = [
-    (
-        missing_environment(config, environment_jobs())
-        if CHECKS_ENVIRONMENTS and ENVIRONMENT_CHECK == "here"
-        else ""
-    ),
-    (
-        f"results/{STUDY} holds {len(MISLABELLED)} record(s) filed under knobs their "
-        f"framework does not read (e.g. {MISLABELLED[0][0]}), which would be measured "
-        f"again; move them with `trainscale relabel results/{STUDY}`"
-        if MISLABELLED
-        else ""
-    ),
-]
-REFUSALS = [line for line in REFUSALS if line]
-if not workflow.remote_exec:
+
+
+def refusals():
+    """What refuses a real run but not a dry one (-n, --dag, --rulegraph,
+    --summary, --report), which still shows the whole plan with one warning
+    line each; a real run is refused in onstart, before any job starts."""
+    found = []
+    if CHECKS_ENVIRONMENTS and ENVIRONMENT_CHECK == "here":
+        found.append(missing_environment(config, environment_jobs()))
+    mislabelled = [] if FOLDER.read_only else mislabelled_records(RESULTS)
+    if mislabelled:
+        found.append(
+            f"results/{STUDY} holds {len(mislabelled)} record(s) filed under knobs "
+            f"their framework does not read (e.g. {mislabelled[0][0]}), which would "
+            f"be measured again; move them with `trainscale relabel results/{STUDY}`"
+        )
+    return [line for line in found if line]
+
+
+# A job step on a node (remote execution, run with --no-hooks) neither warns
+# nor refuses: the walk of the study's records is not repeated in every job.
+REFUSALS = [] if workflow.remote_exec else refusals()
+if REFUSALS:
     from snakemake.logging import logger
 
     for line in REFUSALS:
@@ -214,7 +213,7 @@ wildcard_constraints:
 
 def point_of(wildcards):
     """The grid point a train job's wildcards name (only points of the grid exist)."""
-    stem = RECORD_STEM.format(**dict(wildcards.items()))
+    stem = RECORD_PATTERN.format(**dict(wildcards.items()))
     point = GridPoint.from_path(f"{stem}.json")
     if point not in GRID:
         raise WorkflowError(f"{stem} is not a point of study {STUDY}'s grid")
@@ -282,10 +281,6 @@ def probe_options(wildcards):
     return " ".join(shlex.quote(str(option)) for option in options)
 
 
-def probe_files():
-    return [f"{RESULTS}/{job.stem()}.json" for job in PROBES]
-
-
 def network_table_files():
     return outputs.table_files(RESULTS, [outputs.NETWORK])
 
@@ -316,13 +311,7 @@ def reference_record_files():
     """The reference study's cached records (read, never produced, by this workflow)."""
     if not REFERENCE:
         return []
-    runs = f"results/{REFERENCE}/runs"
-    return sorted(
-        os.path.join(folder, name)
-        for folder, _, names in os.walk(runs)
-        for name in names
-        if is_record_name(name)
-    )
+    return record_paths(f"results/{REFERENCE}/runs")
 
 
 # The file names of every table and figure: trainscale.analysis.outputs.

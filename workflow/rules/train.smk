@@ -7,9 +7,10 @@ rule train:
         # ancient: a regenerated (identical, seeded) archive never reruns a measurement.
         data=lambda wildcards: [ancient(GENERATED_DATA)] if GENERATED_DATA else [],
     output:
-        record=f"{RESULTS}/runs/{RECORD_STEM}.json",
+        # knobs_folder: '' or a folder naming the knobs the framework reads.
+        record=f"{RESULTS}/runs/{RECORD_PATTERN}.json",
     log:
-        f"{RESULTS}/logs/train/{RECORD_STEM}.log",
+        f"{RESULTS}/logs/train/{RECORD_PATTERN}.log",
     retries: TRAIN_RETRIES
     conda:
         conda_env

@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from trainscale.analysis.outputs import ACCURACY, FIGURE_FORMATS, RANKS
+from trainscale.analysis.outputs import ACCURACY, RANKS, figure_files
 from trainscale.analysis.rendering import write_table
 from trainscale.analysis.tidy import add_series, record_row, series_label, series_order
 from trainscale.core.accuracy import cell_time_to_target
@@ -117,7 +117,7 @@ def ranks_table(cells: pd.DataFrame, clock: str = "time_to_target") -> pd.DataFr
 
 def accuracy_figure(curves: pd.DataFrame, target: float | None, paths: list[str]) -> None:
     """Test accuracy against wall time (on the clock): one line per run."""
-    from trainscale.analysis.plotting import finish, framework_style, panels_of
+    from trainscale.analysis.plotting import LINESTYLES, finish, framework_style, panels_of
 
     fig, panels = panels_of(curves)
     # The framework's colour and marker (plotting.framework_style), a line style per GPU count.
@@ -132,7 +132,7 @@ def accuracy_figure(curves: pd.DataFrame, target: float | None, paths: list[str]
                     run["wall_seconds"],
                     run["test_accuracy"],
                     **{**framework_style(series.partition(" ")[0]), "marker": "."},
-                    linestyle=("-", "--", ":", "-.")[styles[gpus] % 4],
+                    linestyle=LINESTYLES[styles[gpus] % len(LINESTYLES)],
                     label=label if repeat == runs["repeat"].min() else None,
                 )
         if target:
@@ -177,10 +177,7 @@ def write_accuracy(study: str, records: list[str], folder: str) -> pd.DataFrame:
         f"Faster per step is not always faster {goal} ({study})",
         ACCURACY_LABELS,
     )
-    figures = os.path.join(folder, "figures")
-    accuracy_figure(
-        curves, target, [os.path.join(figures, f"{ACCURACY}.{e}") for e in FIGURE_FORMATS]
-    )
+    accuracy_figure(curves, target, figure_files(folder, [ACCURACY]))
     return runs
 
 

@@ -221,12 +221,7 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
         axes.flat[0].text(0.5, 0.5, "no series to fit", ha="center", va="center")
     # One legend for every panel, outside them: measured, ideal, and each
     # GPUs-per-node line (in its panel's framework colour).
-    handles = {}
-    for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, handle)
-    if handles:
-        legend(fig, list(handles.values()), list(handles))
+    legend(fig, axes.flat)
     title = "Predicted throughput: the fitted step model, its 95 % band, and the measured cells"
     fig.suptitle(wrapped(title, fig.get_figwidth()))
     for path in paths:

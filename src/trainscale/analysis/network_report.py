@@ -94,12 +94,7 @@ def plot_network(curves: pd.DataFrame, paths: list[str], title: str) -> None:
                     color=colours[series])  # fmt: skip
         ax.set(xscale="log", yscale="log", title=link, xlabel="message (bytes)")
         ax.set_ylabel("bandwidth (Gbit/s)")
-    handles = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, handle)
-    if handles:  # below the panels, where it covers no curve
-        legend(fig, list(handles.values()), list(handles))
+    legend(fig, axes[0])  # below the panels, where it covers no curve
     fig.suptitle(title)
     for path in paths:
         with atomic_path(path) as tmp:

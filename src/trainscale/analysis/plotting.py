@@ -132,12 +132,9 @@ def finish(fig, panels, paths: list[str], title: str, note: str | None = None):
     """The figure's title, one legend outside the plots (in registry order),
     its note, written as PNG and PDF."""
     fig.suptitle(wrapped(title, fig.get_figwidth()))
-    handles = {}
     for ax, _ in panels:
         if ax.has_data():
             ax.set_ylim(bottom=0)
-            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-                handles.setdefault(label, handle)
         else:
             ax.text(
                 0.5, 0.5, "no ok runs to plot", ha="center", va="center", transform=ax.transAxes
@@ -147,9 +144,7 @@ def finish(fig, panels, paths: list[str], title: str, note: str | None = None):
             if ax.get_subplotspec().colspan.start > 0:
                 ax.set_ylabel("")
     # Lines of no framework (ideal, target) after the frameworks.
-    order = sorted(handles, key=lambda label: _legend_order.get(label, (float("inf"),)))
-    if handles:
-        legend(fig, [handles[label] for label in order], order)
+    legend(fig, [ax for ax, _ in panels], lambda label: _legend_order.get(label, (float("inf"),)))
     if note:
         fig.text(
             0.01, 0.005, wrapped(note, fig.get_figwidth(), 7), fontsize="x-small", color="dimgray"
@@ -162,10 +157,19 @@ def finish(fig, panels, paths: list[str], title: str, note: str | None = None):
     _legend_order.clear()
 
 
-def legend(fig, handles, labels) -> None:
-    """The figure's one legend, below every plot: inside a plot it covers
-    data, and beside it it runs into the figure's title. The figure grows by
-    the legend's rows, so the plots keep their size."""
+def legend(fig, axes, order=None) -> None:
+    """The figure's one legend, of every labelled line of `axes` (a label's
+    first), sorted by `order` (a key of the label; None: as drawn). Below
+    every plot: inside a plot it covers data, and beside it it runs into the
+    figure's title. The figure grows by the legend's rows, so the plots keep
+    their size."""
+    handles = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if not handles:
+        return
+    labels = sorted(handles, key=order) if order else list(handles)
     where = "outside lower center" if fig.get_layout_engine() else "lower center"
     # As many columns as the figure's width holds (about 12 characters an
     # inch at this size): long labels (knobs) get fewer.
@@ -173,7 +177,9 @@ def legend(fig, handles, labels) -> None:
     ncols = max(1, min(4, len(labels), int(fig.get_figwidth() * 12 // longest)))
     if fig.get_layout_engine():
         fig.set_figheight(fig.get_figheight() + 0.22 * -(-len(labels) // ncols))
-    fig.legend(handles, labels, loc=where, ncols=ncols, fontsize="small")
+    fig.legend(
+        [handles[label] for label in labels], labels, loc=where, ncols=ncols, fontsize="small"
+    )
 
 
 def integer_ticks(ax, values):

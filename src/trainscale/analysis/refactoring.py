@@ -431,10 +431,9 @@ def write_refactoring(
         REFACTORING,
         "Code refactoring: each framework's example against its single-device base "
         "(code lines: no comments, docstrings or blank lines)",
+        # The CSV keeps every measured column, numbers unrounded.
+        data=table,
     )
-    # The CSV keeps every measured column, numbers unrounded.
-    csv = os.path.join(folder, f"{REFACTORING}.csv")
-    atomic_write_text(csv, table.to_csv(index=False))
     paths = [os.path.join(folder, f"{REFACTORING}.{ext}") for ext in TABLE_FORMATS]
     diff_folder = diff_folder or os.path.join(folder, REFACTORING)
     for framework in frameworks:

@@ -86,11 +86,12 @@ def to_latex(shown: pd.DataFrame, caption: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(table: pd.DataFrame, folder: str, name: str, caption: str, labels=None):
-    """`name`.csv, .md and .tex in `folder`, each written atomically."""
-
+def write_table(table: pd.DataFrame, folder: str, name: str, caption: str, labels=None, data=None):
+    """`name`.csv, .md and .tex in `folder`, each written atomically; the CSV
+    holds `data` where given (every measured column, unrounded), else `table`."""
     shown = display_frame(table, labels)
-    write_formats(folder, name, table, to_markdown(shown, caption), to_latex(shown, caption))
+    csv = table if data is None else data
+    write_formats(folder, name, csv, to_markdown(shown, caption), to_latex(shown, caption))
 
 
 def write_formats(folder: str, name: str, table: pd.DataFrame, markdown: str, latex: str):

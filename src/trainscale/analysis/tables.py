@@ -126,7 +126,8 @@ def table2(combined: pd.DataFrame, framework: str = "horovod") -> pd.DataFrame:
 
 def read_knobs(combined: pd.DataFrame) -> list[str]:
     """Each row's knobs that its framework reads: the panel's and its own (a
-    record's folder names every knob axis of the grid, read or not)."""
+    folder of a study written before runs were labelled only by what they
+    read, or a hand-made row, may name knobs its framework does not read)."""
     return [
         join_knobs([*parse_knobs(panel), *parse_knobs(series.partition(" ")[2])])
         for panel, series in zip(combined["panel_knobs"], combined["series"], strict=True)

@@ -69,6 +69,17 @@ def is_record_name(name: str) -> bool:
     return name.endswith(".json") and not name.startswith(".")
 
 
+def record_paths(folder: str) -> list[str]:
+    """Every record below `folder` (a study's runs/), sorted: the one walk the
+    workflow, the study folder's checks and the tests share."""
+    return sorted(
+        os.path.join(where, name)
+        for where, _, names in os.walk(folder)
+        for name in names
+        if is_record_name(name)
+    )
+
+
 def atomic_write_text(path: str, text: str) -> None:
     with atomic_path(path) as tmp, open(tmp, "w") as handle:
         handle.write(text)

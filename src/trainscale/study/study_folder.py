@@ -31,7 +31,7 @@ import os
 import shutil
 from dataclasses import dataclass, fields
 
-from trainscale.core.records import atomic_path, atomic_write_text, is_record_name
+from trainscale.core.records import atomic_path, atomic_write_text, record_paths
 from trainscale.study.settings import RunSettings
 from trainscale.study.study import (
     AXES,
@@ -71,19 +71,14 @@ def measurement_settings(config: dict) -> dict:
 
 def foreign_record(runs: str) -> tuple[str, str] | None:
     """The first record below `runs` that trainscale did not measure, and its source."""
-    for folder, subfolders, names in sorted(os.walk(runs)):
-        subfolders.sort()
-        for name in sorted(names):
-            if not is_record_name(name):
-                continue
-            path = os.path.join(folder, name)
-            try:
-                with open(path) as handle:
-                    source = json.load(handle).get("source", MEASURED)
-            except (OSError, ValueError, AttributeError):
-                continue  # collect names a broken record; it is no reason to refuse here
-            if source != MEASURED:
-                return path, str(source)
+    for path in record_paths(runs):
+        try:
+            with open(path) as handle:
+                source = json.load(handle).get("source", MEASURED)
+        except (OSError, ValueError, AttributeError):
+            continue  # collect names a broken record; it is no reason to refuse here
+        if source != MEASURED:
+            return path, str(source)
     return None
 
 
@@ -212,13 +207,10 @@ def mislabelled_records(folder: str) -> list[tuple[str, str]]:
     knob's folder belongs without it)."""
     runs = os.path.join(folder, "runs")
     moves = []
-    for where, subfolders, names in sorted(os.walk(runs)):
-        subfolders.sort()
-        for name in sorted(names):
-            path = os.path.join(where, name)
-            point = GridPoint.from_path(path) if is_record_name(name) else None
-            if point is not None and os.path.relpath(path, runs) != f"{point.stem()}.json":
-                moves.append((path, os.path.join(runs, f"{point.stem()}.json")))
+    for path in record_paths(runs):
+        point = GridPoint.from_path(path)
+        if point is not None and os.path.relpath(path, runs) != f"{point.stem()}.json":
+            moves.append((path, os.path.join(runs, f"{point.stem()}.json")))
     return moves
 
 
