@@ -280,14 +280,33 @@ def second_process(output: Path, within: float = 240) -> int:
     raise AssertionError("rank 1 never started")
 
 
-def assert_a_killed_rank_ends_the_run(run_args: list[str], output: Path, first_block: str):
-    """Kill rank 1 of a `trainscale run` inside its timed blocks, as a crash or a
-    lost node would: the run ends within 30 s, failed, with no record."""
+def process_in_task_order(output: Path, index: int, within: float = 240) -> int:
+    """The pid of the process at `index` in the task order of a run with roles
+    (TRAINSCALE_PROCESS: 0 the chief, then the servers, then the workers)."""
+    mark = f"\0TRAINSCALE_PROCESS={index}\0".encode()
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        for pid in processes_writing(output):
+            try:
+                if mark in b"\0" + Path(f"/proc/{pid}/environ").read_bytes():
+                    return pid
+            except OSError:
+                continue
+    raise AssertionError(f"process {index} never started")
+
+
+def assert_a_killed_rank_ends_the_run(
+    run_args: list[str], output: Path, first_block: str, victim_of=second_process
+):
+    """Kill a process (rank 1, unless `victim_of(output)` picks another) of a
+    `trainscale run` inside its timed blocks, as a crash or a lost node would:
+    the run ends within 30 s, failed, with no record."""
     import signal
 
     run, printed = start_run(*run_args, "--output", str(output))
     try:
-        victim = second_process(output)
+        victim = victim_of(output)
         printed.wait_for(first_block)
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
@@ -335,11 +354,14 @@ def one_per_launch_kind(ecosystem: str) -> list[str]:
     return list(first.values())
 
 
-def example_replicas(framework: str) -> int:
-    """2 CPU replicas where the framework is distributed, else 1."""
+def example_replicas(framework: str, same_numbers: bool = False) -> int:
+    """2 CPU replicas where the framework is distributed, else 1; and 1 where
+    the run must give the same numbers twice (`same_numbers`) but an
+    asynchronous framework's 2 workers update in whichever order they finish."""
     from trainscale.study.registry import framework_spec
 
-    return 1 if framework_spec(framework).one_device else 2
+    spec = framework_spec(framework)
+    return 1 if spec.one_device or (same_numbers and spec.asynchronous) else 2
 
 
 def horovod_launcher(framework: str) -> list[str]:
@@ -352,12 +374,15 @@ def horovod_launcher(framework: str) -> list[str]:
     return ["--horovod-launcher", "gloo"] if framework_spec(framework).launch is HOROVOD else []
 
 
-def run_example(framework: str, *script_args: str, timeout: float = 600):
+def run_example(
+    framework: str, *script_args: str, timeout: float = 600, same_numbers: bool = False
+):
     """`trainscale example FRAMEWORK` on its CPU replicas; its losses, step by step."""
+    replicas = example_replicas(framework, same_numbers)
     result = trainscale(
         "example",
         framework,
-        *("--replicas", str(example_replicas(framework)), "--timeout", str(timeout)),
+        *("--replicas", str(replicas), "--timeout", str(timeout)),
         *horovod_launcher(framework),
         "--",
         *script_args,
@@ -380,7 +405,8 @@ def example_archive_run(framework: str, archive_dir: str):
 
 def example_synthetic_run(framework: str):
     """2 SGD steps of the example on the harness's synthetic batch: (losses, stdout)."""
-    return run_example(framework, "--synthetic", "--steps", "2", "--batch-size", "2", *EXAMPLE_SGD)
+    synthetic = ("--synthetic", "--steps", "2", "--batch-size", "2", *EXAMPLE_SGD)
+    return run_example(framework, *synthetic, same_numbers=True)
 
 
 def harness_framework(framework: str) -> str:
@@ -401,7 +427,7 @@ def harness_framework(framework: str) -> str:
 
 def harness_synthetic_loss(framework: str, output: Path) -> float:
     """The harness's loss at step 2 for what example_synthetic_run trains."""
-    replicas = example_replicas(framework)
+    replicas = example_replicas(framework, same_numbers=True)
     framework = harness_framework(framework)
     trainscale(
         "run",

@@ -13,8 +13,7 @@ import sys
 
 from trainscale.core.setting import add_argument
 from trainscale.network.probe import TRANSPORTS, probe_parser, run_probe
-from trainscale.study.launch_kinds import HOROVOD_LAUNCHER
-from trainscale.study.registry import FRAMEWORKS, framework_spec, missing_module
+from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec, missing_module
 from trainscale.study.settings import (
     OPTIONS,
     SETTING,
@@ -96,6 +95,12 @@ def _fields_of(kind, args) -> dict:
     return {f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values}
 
 
+def _launch_settings() -> list:
+    """The settings the launch kinds read, each once."""
+    found = {s.name: s for spec in REGISTRY for s in spec.launch.settings}
+    return list(found.values())
+
+
 def _example_parser(commands) -> None:
     p = commands.add_parser(
         "example",
@@ -105,7 +110,8 @@ def _example_parser(commands) -> None:
     p.add_argument("framework", choices=FRAMEWORKS)
     p.add_argument("--replicas", type=int, default=1, help="GPUs, or CPU replicas (default 1)")
     add_argument(p, SETTING["device"], default="cpu")
-    add_argument(p, HOROVOD_LAUNCHER)
+    for setting in _launch_settings():  # how its processes are started
+        add_argument(p, setting)
     p.add_argument("--timeout", type=float, default=0, help="stop it after this long (0: none)")
 
 
@@ -184,7 +190,8 @@ def _example(args) -> int:
     if args.replicas < 1:
         raise SettingsError("--replicas must be at least 1")
     SETTING["device"].validate(args.device)
-    HOROVOD_LAUNCHER.validate(getattr(args, HOROVOD_LAUNCHER.name))
+    for setting in _launch_settings():
+        setting.validate(getattr(args, setting.name))
     spec = framework_spec(args.framework)
     if spec.one_device and args.replicas != 1:
         raise SettingsError(f"{args.framework} runs on one device: --replicas must be 1")
@@ -259,6 +266,7 @@ def _train(settings: RunSettings, options: RunOptions) -> int:
     from trainscale.core.supervision import mark_first_to_die
     from trainscale.frameworks import backend_class
     from trainscale.harness.training import OutOfMemory, train
+    from trainscale.launching.launch import run_role
 
     spec = framework_spec(settings.framework)
     # A driver (Ray's) is a launcher of its workers: they, not it, go first.
@@ -267,8 +275,11 @@ def _train(settings: RunSettings, options: RunOptions) -> int:
     if options.collective_timeout:
         # Horovod's Gloo reads its timeout from its own variable, in hvd.init().
         os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, round(options.collective_timeout)))
+    role = run_role(settings)
     try:
-        if spec.driver:
+        if role:  # a parameter server or a worker: serves until the chief ends
+            _call(role, settings, options)
+        elif spec.driver:
             _drive(spec.driver, settings, options)
         else:
             backend = backend_class(settings.framework)
@@ -295,18 +306,23 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def _call(function: str, settings: RunSettings, options: RunOptions):
+    """Run the "module:function" a registry entry or a role names."""
+    import importlib
+
+    module, name = function.split(":")
+    return getattr(importlib.import_module(module), name)(settings, options)
+
+
 def _drive(driver: str, settings: RunSettings, options: RunOptions) -> None:
     """A framework that starts its workers itself (Ray Train): its driver runs
     them, each running the training function, and the driver's own timings
     join the record the chief worker wrote."""
-    import importlib
-
     from trainscale.core.records import atomic_write_json, read_record
     from trainscale.harness.training import OutOfMemory
 
-    module, function = driver.split(":")
     try:
-        timings = getattr(importlib.import_module(module), function)(settings, options)
+        timings = _call(driver, settings, options)
     except Exception as err:
         # A worker's OutOfMemory reaches the driver wrapped in the framework's error.
         text = str(err)

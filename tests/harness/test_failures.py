@@ -13,6 +13,7 @@ from conftest import TRAINSCALE, load_json, trainscale
 from runs import (
     assert_a_killed_rank_ends_the_run,
     memory_cgroup,
+    process_in_task_order,
     processes_writing,
     second_process,
     start_run,
@@ -224,6 +225,27 @@ def test_a_stalled_rank_ends_the_run_within_its_bound(
 
 def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path):
     assert_a_killed_rank_ends_the_run(ENDLESS_HOROVOD, tmp_path / "r.json", FIRST_BLOCK)
+
+
+# A chief, a parameter server, two workers: each role is a process of its own.
+ENDLESS_PARAMETER_SERVER = [
+    "--framework", "tf-ps", "--gpus-per-node", "2", "--model", "small_cnn",
+    "--image-size", "32", "--dataset", "synthetic", "--device", "cpu",
+    "--blocks", "100000",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("role", "index"), [("chief", 0), ("server", 1), ("worker", 2)])
+def test_a_killed_process_of_any_role_ends_a_parameter_server_run(tmp_path, role, index):
+    # A server or a worker never ends by itself: the launcher must not wait
+    # for it, nor for a chief that waits on a lost one.
+    output = tmp_path / "r.json"
+    assert_a_killed_rank_ends_the_run(
+        ENDLESS_PARAMETER_SERVER,
+        output,
+        FIRST_BLOCK,
+        victim_of=lambda output: process_in_task_order(output, index),
+    )
 
 
 def test_stopping_a_run_ends_and_waits_for_an_orphan_deaf_to_sigterm():

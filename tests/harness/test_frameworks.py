@@ -7,8 +7,8 @@ from conftest import TINY, load_json, trainscale
 
 from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS, forward_flops_per_image
 from trainscale.study.launch_kinds import HOROVOD_LAUNCHER
-from trainscale.study.registry import REGISTRY
-from trainscale.study.settings import reads_setting
+from trainscale.study.registry import REGISTRY, framework_spec
+from trainscale.study.settings import RunSettings, reads_setting
 
 
 def _cases():
@@ -20,7 +20,9 @@ def _cases():
         if spec.ecosystem != "tensorflow":
             continue
         replicas = 1 if spec.one_device else 2
-        processes = spec.launch.processes_per_node(replicas, "cpu")
+        # The processes that run the loop (a parameter server's chief only).
+        roles = spec.launch.roles(RunSettings(framework=spec.name, gpus_per_node=replicas))
+        processes = sum(role.count for role in roles if not role.runs)
         launchers = (
             HOROVOD_LAUNCHER.choices
             if reads_setting(spec.name, HOROVOD_LAUNCHER.name)
@@ -77,6 +79,12 @@ def test_framework_run_writes_an_ok_record(
     assert record["gpu_utilisation"] is None
     assert record["gpu_monitor_note"] == "CPU run: no GPU to sample"
     assert (record["input_channels"], record["augmentation"]) == (3, "crop-and-flip")
+    roles = framework_spec(framework).launch.roles(RunSettings(**record["settings"]))
+    if len(roles) > 1:  # which process ran which role, in the record
+        cluster = record["framework_config"]["cluster"]
+        assert {name: len(tasks) for name, tasks in cluster.items()} == {
+            role.name: role.count for role in roles
+        }
 
     rate = record["images_per_sec"]
     assert len(rate["samples"]) == 2 and all(x > 0 for x in rate["samples"])

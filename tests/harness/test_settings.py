@@ -38,6 +38,7 @@ def test_replicas_and_global_batch():
         ("tf-multiworker", "cpu", 2, 2),  # one worker per CPU replica
         ("tf-mirrored", "gpu", 4, 1),
         ("tf-single", "cpu", 1, 1),
+        ("tf-ps", "cpu", 2, 4),  # a chief, a parameter server and a worker per replica
     ],
 )
 def test_processes_per_node(framework, device, gpus, expected):
@@ -135,7 +136,7 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     s = RunSettings(framework="horovod", nodes=2, gpus_per_node=2, dataset="synthetic")
     options = RunOptions("r.json", requested_gpus_per_node=2, requested_cpus_per_task=3)
-    [(argv, env)] = process_plan(s, options)
+    [(argv, env, ends_by_itself)] = process_plan(s, options)
     # The job's CPUs per task asked for again: srun (SLURM >= 22.05) does
     # not inherit them, and without them a rank gets one CPU and no
     # SLURM_CPUS_PER_TASK to size its threads by.
@@ -150,13 +151,52 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
         "--cpus-per-task=3",
     ]
     assert "--mpi=pmix" in argv and argv[argv.index("--expect-cuda-devices") + 1] == "1"
+    assert ends_by_itself
     mirrored = RunSettings(framework="tf-mirrored", gpus_per_node=4, dataset="synthetic")
-    [(argv, _)] = process_plan(mirrored, RunOptions("r.json", requested_gpus_per_node=4))
+    [(argv, _, _)] = process_plan(mirrored, RunOptions("r.json", requested_gpus_per_node=4))
     # One process is a step of its own too (SLURM then marks the step, not
     # the job, OUT_OF_MEMORY), holding all 4 GPUs.
     assert argv[:4] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1"]
     assert "--gres=gpu:4" in argv and not any(a.startswith("--cpus-per-task") for a in argv)
     assert argv[argv.index("--expect-cuda-devices") + 1] == "4"
+
+
+def test_a_parameter_server_run_is_one_srun_step_of_roles_in_task_order(monkeypatch):
+    from trainscale.launching.launch import process_plan, run_role
+    from trainscale.study.launch_kinds import SERVE
+
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    s = RunSettings(framework="tf-ps", nodes=2, gpus_per_node=1, ps_servers=2, device="cpu")
+    [(argv, env, _)] = process_plan(s, RunOptions("r.json"))
+    # A chief, 2 servers, 2 workers: 5 tasks, node1 holding 3 (block order).
+    assert argv[1:4] == ["--nodes=2", "--ntasks=5", "--ntasks-per-node=3"]
+    assert "--distribution=block" in argv and env["GRPC_FAIL_FAST"] == "use_caller"
+    runs = []
+    for procid in range(5):
+        monkeypatch.setenv("SLURM_PROCID", str(procid))
+        runs.append(run_role(s))
+    assert runs == ["", SERVE, SERVE, SERVE, SERVE]  # only the chief runs the loop
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    with pytest.raises(IndexError):
+        run_role(s)
+
+
+def test_a_local_parameter_server_plan_ends_its_servers_when_the_chief_ends():
+    import json
+
+    from trainscale.launching.launch import rank_plan
+
+    s = RunSettings(framework="tf-ps", gpus_per_node=2, device="cpu")
+    plan = rank_plan(s, ["train"], 0)
+    roles = [json.loads(env["TF_CONFIG"])["task"] for _, env, _ in plan]
+    assert roles == [
+        {"type": "chief", "index": 0},
+        {"type": "ps", "index": 0},
+        {"type": "worker", "index": 0},
+        {"type": "worker", "index": 1},
+    ]
+    assert [ends for _, _, ends in plan] == [True, False, False, False]
+    assert [env["TRAINSCALE_PROCESS"] for _, env, _ in plan] == ["0", "1", "2", "3"]
 
 
 @pytest.mark.parametrize(
@@ -204,3 +244,49 @@ def test_the_former_block_flags_still_parse_and_are_not_shown():
     assert (default.blocks, default.steps_per_block) == (10, 20)
     shown = build_parser()[1]["train"].format_help()
     assert "--blocks" in shown and "--iterations" not in shown
+
+
+def test_run_plan_ends_the_processes_that_serve_once_the_others_have_ended():
+    import sys
+    import time
+
+    from trainscale.launching.launch import run_plan
+    from trainscale.study.launch_kinds import Process
+
+    python = sys.executable
+    chief = Process([python, "-c", "import time; time.sleep(1)"], {})
+    server = Process([python, "-c", "import time; time.sleep(600)"], {}, ends_by_itself=False)
+    start = time.monotonic()
+    result = run_plan([chief, server], timeout=60)
+    assert result.code == 0 and not result.timed_out
+    assert time.monotonic() - start < 20  # the server did not hold the run to its timeout
+    # A server that fails ends the run, failed, though it never ends by itself.
+    failing = Process([python, "-c", "raise SystemExit(7)"], {}, ends_by_itself=False)
+    waiting = Process([python, "-c", "import time; time.sleep(600)"], {})
+    assert run_plan([waiting, failing], timeout=60).code == 7
+
+
+def test_a_server_waits_for_the_chief_to_start_and_returns_once_it_has_ended():
+    import socket
+    import threading
+    import time
+
+    from trainscale.frameworks.tensorflow.parameter_server import wait_for_chief
+    from trainscale.harness.backend import DeviceError
+
+    chief = socket.socket()
+    chief.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{chief.getsockname()[1]}"
+
+    def listen_a_while():
+        time.sleep(1)  # a chief starts after its servers
+        chief.listen()
+        time.sleep(2)
+        chief.close()
+
+    threading.Thread(target=listen_a_while).start()
+    start = time.monotonic()
+    wait_for_chief(address, start_within=30)
+    assert 2.5 < time.monotonic() - start < 10
+    with pytest.raises(DeviceError, match="never started"):
+        wait_for_chief(address, start_within=1)

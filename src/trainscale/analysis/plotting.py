@@ -20,9 +20,14 @@ from trainscale.study.registry import table_order  # noqa: E402
 
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 # seaborn's colorblind palette has pink, grey, yellow and light blue last,
-# too faint for a line on white: their dark versions take their places.
-PALETTE = sns.color_palette("colorblind", n_colors=6) + sns.color_palette("dark")[6:10]
-MARKERS = "osD^vP*Xhp"
+# too faint for a line on white: their dark versions take their places; then
+# black and a dark olive, so that 12 frameworks have 12 colours.
+PALETTE = (
+    sns.color_palette("colorblind", n_colors=6)
+    + sns.color_palette("dark")[6:10]
+    + [(0.0, 0.0, 0.0), (0.4, 0.4, 0.0)]
+)
+MARKERS = "osD^vP*Xhp<>"
 # A framework's lines that differ by something else (hosts, GPUs, a knob of
 # its own, measured vs reference) differ by line style, then by an open marker.
 LINESTYLES = ("-", "--", ":", "-.")

@@ -18,7 +18,11 @@ def in_slurm_job() -> bool:
 
 
 def srun_command(
-    nodes: int, processes_per_node: int, requested_gpus_per_node: int, cpus_per_task: int = 0
+    nodes: int,
+    processes_per_node: int,
+    requested_gpus_per_node: int,
+    cpus_per_task: int = 0,
+    tasks: int = 0,
 ) -> list[str]:
     """The srun step of a grid point inside its SLURM job, before the launch
     kind's own options (trainscale.study.launch_kinds).
@@ -29,7 +33,9 @@ def srun_command(
     would otherwise inherit, and srun since SLURM 22.05 no longer takes the
     job's --cpus-per-task anyway (its release notes). Without it each rank
     gets one CPU, and no SLURM_CPUS_PER_TASK to size its threads by
-    (settings.cpu_share).
+    (settings.cpu_share). `tasks` (default: nodes x processes_per_node) may be
+    fewer, where the processes do not fill every node alike: then SLURM takes
+    --ntasks-per-node as the most a node runs.
     """
     # Even one process runs as a step of its own, not in the batch step: when
     # SLURM's cgroup kills it for memory, that marks the step OUT_OF_MEMORY
@@ -39,7 +45,7 @@ def srun_command(
     srun = [
         "srun",
         f"--nodes={nodes}",
-        f"--ntasks={nodes * processes_per_node}",
+        f"--ntasks={tasks or nodes * processes_per_node}",
         f"--ntasks-per-node={processes_per_node}",
         # One dead rank must end the step, not leave the others spinning in
         # a collective until the time limit.

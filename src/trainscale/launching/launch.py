@@ -24,7 +24,7 @@ from trainscale.core.supervision import (
     relay_output,
     stop_all,
 )
-from trainscale.study.launch_kinds import Plan
+from trainscale.study.launch_kinds import Plan, process_index
 from trainscale.study.registry import framework_spec
 from trainscale.study.settings import RunOptions, RunSettings, SettingsError
 
@@ -77,6 +77,18 @@ def rank_plan(
     return kind.local_plan(processes_per_node, command, settings)
 
 
+def run_role(settings: RunSettings) -> str:
+    """What this process of the run runs: "" the training loop, or the
+    "module:function" of its role (a parameter server's), from its place in
+    the launch kind's task order."""
+    kind = framework_spec(settings.framework).launch
+    roles = kind.roles(settings)
+    if len(roles) == 1:
+        return roles[0].runs
+    role, _ = kind.role_of(settings, process_index())
+    return role.runs
+
+
 def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:
     """Run every process of the grid point and wait for all of them.
 
@@ -121,7 +133,7 @@ def run_plan(plan: Plan, timeout: float) -> LaunchResult:
     if in_main_thread:
         previous_handler = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     try:
-        for argv, extra_env in plan:
+        for argv, extra_env, _ in plan:
             proc = subprocess.Popen(
                 argv,
                 env={**os.environ, **extra_env},
@@ -133,6 +145,9 @@ def run_plan(plan: Plan, timeout: float) -> LaunchResult:
             relay = threading.Thread(target=relay_output, args=(proc.stderr, sys.stderr, oom_lines))
             relay.start()
             relays.append(relay)
+        # A process that serves until it is ended (a parameter server) is
+        # ended once every process that ends by itself has ended.
+        ending = [process.ends_by_itself for process in plan]
         while True:
             codes = [proc.poll() for proc in processes]
             tree.update(processes)
@@ -143,7 +158,7 @@ def run_plan(plan: Plan, timeout: float) -> LaunchResult:
                 # The same SIGTERM may have reached a child first; let ours land.
                 terminated.wait(0.5)
                 return finish(failed[0])
-            if all(code == 0 for code in codes):
+            if all(code == 0 for code, ends in zip(codes, ending) if ends):
                 return finish(0)
             if timeout and time.monotonic() - start > timeout:
                 return finish(-1, timed_out=True)

@@ -14,6 +14,8 @@ shapes and the examples ask it, and nothing switches on its name.
 - MULTIWORKER: one TF_CONFIG worker per node holding its GPUs, one per
   replica on CPU (a worker holding two logical CPU replicas hung before its
   first step); SlurmClusterResolver under SLURM;
+- PARAMETER_SERVERS: processes with roles (Role): a chief that drives the
+  training loop, parameter servers and workers that serve until it ends;
 - TorchDistributed (TORCHRUN, DEEPSPEED): one rank per replica, each told
   RANK, WORLD_SIZE, LOCAL_RANK and the first rank's MASTER_ADDR:MASTER_PORT,
   what torch.distributed's env:// rendezvous reads; under SLURM each rank
@@ -31,12 +33,45 @@ import os
 import shutil
 import socket
 import sys
-from typing import Dict, List, Tuple
+from dataclasses import dataclass
+from typing import List, NamedTuple
 
 from trainscale.core import slurm
 from trainscale.core.setting import Setting, SettingsError
 
-Plan = List[Tuple[List[str], Dict[str, str]]]
+
+class Process(NamedTuple):
+    """One process a launcher starts: its argv and extra environment, and
+    whether it ends by itself (a parameter server serves until it is ended:
+    trainscale.launching.launch.run_plan ends it once every process that does
+    end by itself has ended)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    ends_by_itself: bool = True
+
+
+Plan = List[Process]
+
+
+@dataclass(frozen=True)
+class Role:
+    """One kind of process of a run, with its count in the whole job. A
+    launch kind's processes are its roles' processes, in the order of its
+    roles (task order: SLURM_PROCID under srun, TRAINSCALE_PROCESS here)."""
+
+    name: str  # as TF_CONFIG's task type names it, or "rank"
+    count: int
+    # What it runs: "" the training loop (trainscale.harness.training), else
+    # "module:function" that `trainscale train` runs in its place.
+    runs: str = ""
+    # Whether its first process writes the record (the one-role case: rank 0).
+    writes_record: bool = False
+    ends_by_itself: bool = True
+
+
+# Set on each local process of a plan with roles: its place in task order.
+PROCESS_INDEX = "TRAINSCALE_PROCESS"
 
 
 def free_ports(count: int) -> list[int]:
@@ -77,13 +112,35 @@ class LaunchKind:
         return {}
 
     def processes_per_node(self, gpus_per_node: int, device: str) -> int:
-        """How many OS processes one node runs for G GPUs (replicas) per node."""
+        """How many OS processes one node runs for G GPUs (replicas) per node
+        (a kind with roles: how many replicas' processes)."""
         return gpus_per_node
+
+    def roles(self, settings) -> tuple[Role, ...]:
+        """The run's processes, role by role: one role of identical ranks,
+        the first of which writes the record, unless the kind has roles."""
+        per_node = self.processes_per_node(settings.gpus_per_node, settings.device)
+        return (Role("rank", settings.nodes * per_node, writes_record=True),)
+
+    def tasks_per_node(self, settings) -> int:
+        """The most processes one node runs (SLURM's --ntasks-per-node): the
+        job's processes spread evenly, the first nodes taking any remainder."""
+        total = sum(role.count for role in self.roles(settings))
+        return -(-total // settings.nodes)
+
+    def role_of(self, settings, index: int) -> tuple[Role, int]:
+        """The role of the process at `index` in task order, and its index
+        among that role's processes."""
+        for role in self.roles(settings):
+            if index < role.count:
+                return role, index
+            index -= role.count
+        raise IndexError(f"process {index} is beyond the run's {self.roles(settings)}")
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         """The local processes running `command` as `processes` ranks here;
         `settings` has the attributes of the settings this kind reads."""
-        return [(command, {})]
+        return [Process(command, {})]
 
     def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
         """What this kind adds to the grid point's srun step: options and environment."""
@@ -93,10 +150,12 @@ class LaunchKind:
         self, settings, train_command: list[str], requested_gpus: int, cpus_per_task: int = 0
     ) -> Plan:
         """The srun step of a grid point inside its SLURM job (trainscale.core.slurm)."""
-        per_node = self.processes_per_node(settings.gpus_per_node, settings.device)
-        srun = slurm.srun_command(settings.nodes, per_node, requested_gpus, cpus_per_task)
+        tasks = sum(role.count for role in self.roles(settings))
+        srun = slurm.srun_command(
+            settings.nodes, self.tasks_per_node(settings), requested_gpus, cpus_per_task, tasks
+        )
         options, env = self.slurm_step(settings)
-        return [([*srun, *options, *train_command], env)]
+        return [Process([*srun, *options, *train_command], env)]
 
     def example_arguments(self, replicas: int, device: str) -> list[str]:
         """What an example is told of its replicas beyond its processes: a
@@ -134,7 +193,7 @@ class HorovodRanks(LaunchKind):
     two_nodes = "horovodrun -np 8 -H node1:4,node2:4 python {script}"
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
-        return [(horovod_command(processes, settings.horovod_launcher, command), {})]
+        return [Process(horovod_command(processes, settings.horovod_launcher, command), {})]
 
     def probe_transport(self, settings) -> str:
         return f"horovod-{settings.horovod_launcher}"
@@ -191,7 +250,7 @@ class MultiWorker(LaunchKind):
         for index in range(processes):
             task = {"type": "worker", "index": index}
             tf_config = {"cluster": {"worker": addresses}, "task": task}
-            plan.append((command, {"TF_CONFIG": json.dumps(tf_config)}))
+            plan.append(Process(command, {"TF_CONFIG": json.dumps(tf_config)}))
         return plan
 
 
@@ -212,7 +271,7 @@ class TorchDistributed(LaunchKind):
         ranks = {"WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes)}
         ranks.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         return [
-            (command, {**ranks, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+            Process(command, {**ranks, "RANK": str(rank), "LOCAL_RANK": str(rank)})
             for rank in range(processes)
         ]
 
@@ -241,7 +300,7 @@ class RayDriver(OneProcess):
         return ["--workers", str(replicas)]  # Ray starts them, on CPUs or GPUs
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
-        return [(command, QUIET_RAY)]
+        return [Process(command, QUIET_RAY)]
 
     def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
         # One task per node (processes_per_node): each starts its node's Ray,
@@ -260,7 +319,75 @@ class RayDriver(OneProcess):
     )
 
 
+PS_SERVERS = Setting(
+    "ps_servers",
+    int,
+    1,
+    "tf-ps: parameter servers, each a process of its own, that the variables are "
+    "partitioned over",
+    minimum=1,
+    axis=True,
+    group="launch",
+)
+# What a parameter server and a worker run: a tf.distribute.Server.
+SERVE = "trainscale.frameworks.tensorflow.parameter_server:serve"
+# gRPC's own retries would hide a lost server from the coordinator (TF's
+# parameter-server tutorial sets this on every task).
+FAIL_FAST = {"GRPC_FAIL_FAST": "use_caller"}
+
+
+def parameter_server_roles(workers: int, servers: int) -> tuple[Role, ...]:
+    """A chief that drives the loop and writes the record, then the parameter
+    servers, then one worker per replica; the last two serve until it ends."""
+    return (
+        Role("chief", 1, writes_record=True),
+        Role("ps", servers, runs=SERVE, ends_by_itself=False),
+        Role("worker", workers, runs=SERVE, ends_by_itself=False),
+    )
+
+
+class ParameterServers(LaunchKind):
+    """tf.distribute's parameter-server training: processes with roles, each
+    told the whole cluster and its own task in TF_CONFIG here, and under
+    SLURM by SlurmClusterResolver from its SLURM_PROCID (one srun step; the
+    roles fill the tasks in order, node by node)."""
+
+    name = "parameter-server"
+    settings = (PS_SERVERS,)
+    one_node = (
+        'TF_CONFIG=\'{{"cluster": {{"chief": ["localhost:2222"], "ps": '
+        '["localhost:2223"], "worker": ["localhost:2224", ...]}}, '
+        '"task": {{"type": T, "index": I}}}}\' python {script}   # each process'
+    )
+    two_nodes = "the same, with node1:PORT and node2:PORT addresses   # each process"
+
+    def roles(self, settings) -> tuple[Role, ...]:
+        return parameter_server_roles(settings.replicas, settings.ps_servers)
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        roles = parameter_server_roles(processes, settings.ps_servers)
+        ports = iter(free_ports(sum(role.count for role in roles)))
+        cluster = {r.name: [f"localhost:{next(ports)}" for _ in range(r.count)] for r in roles}
+        plan: Plan = []
+        for role in roles:
+            for task in range(role.count):
+                tf_config = {"cluster": cluster, "task": {"type": role.name, "index": task}}
+                env = {"TF_CONFIG": json.dumps(tf_config), PROCESS_INDEX: str(len(plan))}
+                plan.append(Process(command, {**env, **FAIL_FAST}, role.ends_by_itself))
+        return plan
+
+    def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
+        # SlurmClusterResolver hands out the tasks node by node.
+        return ["--distribution=block"], dict(FAIL_FAST)
+
+
+def process_index() -> int:
+    """This process's place in its run's task order: a local plan's, or its srun step's."""
+    return int(os.environ.get(PROCESS_INDEX) or os.environ.get("SLURM_PROCID") or 0)
+
+
 ONE_PROCESS = OneProcess()
+PARAMETER_SERVERS = ParameterServers()
 RAY = RayDriver()
 HOROVOD = HorovodRanks()
 MULTIWORKER = MultiWorker()

@@ -26,6 +26,8 @@ from trainscale.study.launch_kinds import (
     HOROVOD,
     MULTIWORKER,
     ONE_PROCESS,
+    PARAMETER_SERVERS,
+    PS_SERVERS,
     RAY,
     TORCHRUN,
     LaunchKind,
@@ -48,6 +50,11 @@ class Traffic:
     passes: float = 2.0
     bytes_per_element: int = 4
     refused: str = ""
+    # "ring": the passes go round a ring of the replicas; "parameter-server":
+    # each of the workers sends and receives `passes` x the bytes through
+    # `servers` servers' links.
+    pattern: str = "ring"
+    servers: int = 0
 
 
 def _all_reduce(compression_knob: str = "") -> Callable[[Mapping], Traffic]:
@@ -95,6 +102,14 @@ def _no_traffic(settings: Mapping) -> Traffic:
     return Traffic(0.0)
 
 
+def _parameter_server_traffic(settings: Mapping) -> Traffic:
+    # Every worker sends its gradient to the servers and reads the
+    # parameters back: (workers / servers) x 2 x the model's bytes on each
+    # server's link (trainscale.analysis.predict).
+    servers = int(settings.get(PS_SERVERS.name, PS_SERVERS.default))
+    return Traffic(2.0, pattern="parameter-server", servers=servers)
+
+
 @dataclass(frozen=True)
 class FrameworkSpec:
     name: str
@@ -132,6 +147,10 @@ class FrameworkSpec:
     # function where the framework starts its workers itself (Ray Train's
     # driver, trainscale.frameworks.torch.torch_ray.drive); "" for the others.
     driver: str = ""
+    # Whether its replicas update the model each on its own, without waiting
+    # for the others (a parameter server's workers): its label says so, and
+    # its runs are not the same numbers twice.
+    asynchronous: bool = False
 
 
 HOROVOD_KNOBS = (
@@ -272,6 +291,49 @@ REGISTRY = (
         requires="tensorflow",
         example="tf_multiworker.py",
         knobs=MULTIWORKER_KNOBS,
+    ),
+    FrameworkSpec(
+        "tf-central-storage",
+        "TF CentralStorage",
+        "tensorflow",
+        "train_env",
+        ONE_PROCESS,
+        backend="trainscale.frameworks.tensorflow.tf_backend:CentralStorageBackend",
+        requires="tensorflow",
+        example="tf_central_storage.py",
+        one_node=True,
+        # Every replica reads the variables from, and sends its gradient to,
+        # the host's CPU: within one host, not over a network link.
+        traffic=_no_traffic,
+    ),
+    FrameworkSpec(
+        "tf-ps",
+        "TF ParameterServer (async)",
+        "tensorflow",
+        "train_env",
+        PARAMETER_SERVERS,
+        backend="trainscale.frameworks.tensorflow.tf_backend:ParameterServerBackend",
+        requires="tensorflow",
+        example="tf_ps.py",
+        knobs=(
+            Setting(
+                "ps_steps_per_function",
+                int,
+                4,
+                "tf-ps: worker steps in each function the coordinator schedules "
+                "(fewer round trips to the coordinator per step)",
+                minimum=1,
+                axis=True,
+                group="communication",
+            ),
+        ),
+        concept_evidence=(
+            ("cluster set-up", ("ClusterCoordinator",)),
+            ("data sharding", ("create_per_worker_dataset",)),
+            ("parameter servers", ("ParameterServerStrategy", "variable_partitioner")),
+        ),
+        traffic=_parameter_server_traffic,
+        asynchronous=True,
     ),
     FrameworkSpec(
         "torch-single",

@@ -235,9 +235,12 @@ class _RunSettings:
         return DATASETS[self.dataset].augmentation if self.augment else "none"
 
     def processes_per_node(self) -> int:
-        """How many OS processes one node runs (the framework's launch kind)."""
-        launch = framework_spec(self.framework).launch
-        return launch.processes_per_node(self.gpus_per_node, self.device)
+        """How many OS processes one node runs, at most (the framework's launch kind)."""
+        return framework_spec(self.framework).launch.tasks_per_node(self)
+
+    def processes(self) -> int:
+        """How many OS processes the run starts, every role's."""
+        return sum(role.count for role in framework_spec(self.framework).launch.roles(self))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -374,7 +374,7 @@ def job_shape(config: dict, point: GridPoint, attempt: int = 1) -> dict:
         gres = f"gpu:{model}:{gpus_per_node}" if model else f"gpu:{gpus_per_node}"
     return {
         "nodes": point.nodes,
-        "tasks": point.nodes * tasks_per_node,
+        "tasks": settings.processes(),
         "tasks_per_node": tasks_per_node,
         "cpus_per_task": max(1, cpus_per_gpu * point.gpus_per_node // tasks_per_node),
         "gpus_per_node": gpus_per_node,

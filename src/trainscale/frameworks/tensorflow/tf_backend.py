@@ -12,7 +12,9 @@ import numpy as np
 
 from trainscale.core.accuracy import evaluation_batches
 from trainscale.core.datasets import DATASETS
+from trainscale.frameworks.tensorflow.parameter_server import ParameterServer
 from trainscale.frameworks.tensorflow.strategies import (
+    CentralStorage,
     Framework,
     Horovod,
     Mirrored,
@@ -82,7 +84,8 @@ def make_dataset_fn(settings: RunSettings, train=None):
 def build_train_step(framework, model, optimizer, settings: RunSettings):
     """The training step every framework runs: one definition, compiled once.
 
-    Per replica: prepare the batch, forward, loss divided by the GLOBAL batch,
+    Per replica: prepare the batch, forward, loss divided by the GLOBAL batch
+    (a parameter server's worker: its own, Framework.loss_batch_size),
     gradients through the framework's tape (Horovod sums them there), apply
     (tf.distribute's optimizer sums them there). Returns the global mean loss.
     """
@@ -93,13 +96,14 @@ def build_train_step(framework, model, optimizer, settings: RunSettings):
     )
     loss_scaling = settings.precision == "fp16"
     compute_dtype = model.compute_dtype
+    loss_batch_size = framework.loss_batch_size()
 
     def replica_step(images, labels):
         images = prepare_images(images, settings.image_size, compute_dtype, settings.dataset)
         with tf.GradientTape() as tape:
             logits = tf.cast(model(images, training=True), tf.float32)
             loss = tf.nn.compute_average_loss(
-                loss_per_example(labels, logits), global_batch_size=settings.global_batch_size
+                loss_per_example(labels, logits), global_batch_size=loss_batch_size
             )
             objective = optimizer.get_scaled_loss(loss) if loss_scaling else loss
         tape = framework.wrap_tape(tape)
@@ -110,14 +114,7 @@ def build_train_step(framework, model, optimizer, settings: RunSettings):
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    # The step takes the iterator and draws its batch inside the compiled
-    # function, as Keras's train function does: no Python-side next() and no
-    # argument conversion per step (10% of a small model's step on a CPU).
-    @tf.function
-    def train_step(iterator):
-        return framework.run(replica_step, next(iterator))
-
-    return train_step
+    return framework.compile_step(replica_step)
 
 
 def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
@@ -215,6 +212,12 @@ class TensorFlowBackend(Backend):
         for value in self.eval_step(*(tf.zeros_like(part) for part in self.test_batches[0])):
             float(value)
 
+    def read_loss(self, loss) -> float:
+        return self.framework.read_loss(loss)
+
+    def framework_config(self) -> dict:
+        return self.framework.config()
+
     def set_learning_rate(self, rate: float) -> None:
         self.optimizer.learning_rate.assign(rate)
 
@@ -295,3 +298,11 @@ class MirroredBackend(TensorFlowBackend):
 
 class MultiWorkerBackend(TensorFlowBackend):
     framework_class = MultiWorker
+
+
+class CentralStorageBackend(TensorFlowBackend):
+    framework_class = CentralStorage
+
+
+class ParameterServerBackend(TensorFlowBackend):
+    framework_class = ParameterServer
