@@ -2,6 +2,7 @@
 made with them, and needs neither TensorFlow nor torch. On the published
 study (held-out cells of seed 000's Table II): tests/workflow/test_published.py."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -20,9 +21,8 @@ from trainscale.analysis.predict import (
     StepModel,
     best_fit,
     bootstrap,
-    holdout_split,
-    traffic,
 )
+from trainscale.analysis.predict_series import holdout_split, traffic
 
 # 500 MB of gradient, 100 ms of compute per step: 50 and 10 GB/s, 20 and 100 µs
 # per ring step, a tenth of the backward pass overlapped. Every multi-GPU
@@ -94,6 +94,52 @@ def test_a_fit_with_three_passes_recovers_the_links_a_zero3_step_crossed():
     model, rms = best_fit(exact)
     assert rms < 1e-9
     np.testing.assert_allclose(model.parameters, TRUE, rtol=1e-6)
+
+
+def parameter_server_series(servers: int) -> Series:
+    """tf-ps cells made with TRUE's links (exchange 2 p/s x B per server link),
+    its compute from tf-single's 1-device cell."""
+    model = StepModel(0.1, TRUE, "parameter-server", 500_000_000, 64, servers=servers)
+    cells = tuple(
+        Cell(n, g, float(model.images_per_sec([n], [g])[0]), 0.0)
+        for n in (1, 2, 4)
+        for g in (1, 2, 4)
+    )
+    base = (Cell(1, 1, 64 / 0.1, 0.0),)
+    return Series("tf-ps", "vgg16", 224, 64, f"ps_servers={servers}", 500_000_000, cells,
+                  servers=servers, single_cells=base)  # fmt: skip
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_a_parameter_server_fit_recovers_its_links_and_crosses_the_ring(servers):
+    from trainscale.analysis.predict_crossover import crossover_table
+
+    model, rms = best_fit(parameter_server_series(servers))
+    assert model.algorithm == "parameter-server" and rms < 1e-6
+    # The bandwidths are recovered. Its latency term (2 a step) and the hidden
+    # share of the backward pass are both the same at every size: only their
+    # difference is known, and the predictions with it.
+    np.testing.assert_allclose(model.parameters[0::2][:2], TRUE[0::2][:2], rtol=1e-4)
+    true = StepModel(0.1, TRUE, "parameter-server", 500_000_000, 64, servers=servers)
+    np.testing.assert_allclose(
+        model.images_per_sec([16, 32], [4, 4]), true.images_per_sec([16, 32], [4, 4]), rtol=1e-4
+    )
+    # Without its base's single device the compute time is unknown: refused.
+    with pytest.raises(PredictError, match="base"):
+        best_fit(dataclasses.replace(parameter_server_series(servers), single_cells=()))
+    # Against the ring on the same links: the servers' links carry p/s x 2B,
+    # the ring's 2(p-1)/p B, so the all-reduce is the faster from 2 workers on
+    # (at 1 the ring moves nothing); the table says so, per pair.
+    ring = dataclasses.replace(synthetic_series("ring", 0.0), framework="tf-multiworker")
+    fitted = {s: bootstrap(s, fits=4) for s in (parameter_server_series(servers), ring)}
+    holdout = pd.DataFrame({"framework": [], "model": [], "batch_size": [], "knobs": []})
+    [row] = crossover_table(fitted, holdout, [1, 2, 4, 8], [4]).to_dict("records")
+    assert (row["parameter_server"], row["all_reduce"], row["servers"]) == (
+        "tf-ps", "tf-multiworker", servers)  # fmt: skip
+    assert row["faster_at_most"] == "all-reduce" and row["most_workers"] == 32
+    exchange = 32 * 2 * 500e6 / servers * TRUE[2]  # over the network at 8 nodes
+    assert row["ps_images_per_sec_at_most"] == pytest.approx(
+        32 * 64 / (0.1 + max(0, exchange + 2 * TRUE[3] - 0.1 * 2 / 3 * 0.1)), rel=1e-6)  # fmt: skip
 
 
 def test_the_held_out_split_keeps_the_larger_cells_back():

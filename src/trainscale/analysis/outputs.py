@@ -21,13 +21,14 @@ STUDY_FIGURES = (WEAK_SCALING_HOSTS, WEAK_SCALING_GPUS, EFFICIENCY, FRAMEWORKS, 
 
 # refactoring.write_refactoring
 REFACTORING = "refactoring"
-# predict_report.write_predictions: three tables and a figure
-PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT = (
+# predict_report.write_predictions: four tables and a figure
+PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT, PREDICTED_CROSSOVER = (
     "predicted",
     "predicted_parameters",
     "predicted_holdout",
+    "predicted_crossover",
 )
-PREDICTED_TABLES = (PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT)
+PREDICTED_TABLES = (PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT, PREDICTED_CROSSOVER)
 # predict_probe.write_probe_comparison
 PREDICTED_VS_PROBE = "predicted_vs_probe"
 # accuracy_report.write_accuracy: two tables and a figure

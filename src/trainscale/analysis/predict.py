@@ -25,6 +25,18 @@ knobs), a step on `nodes` x `gpus` replicas (p = nodes * gpus) takes
                     inter-node ring over the nodes carrying the node's whole
                     B through its network link: 2(g-1)/g * B / bw_intra +
                     2(g-1) * lat_intra + 2(n-1)/n * B / bw_inter + 2(n-1) * lat_inter.
+      parameter-server: every one of the p workers sends its gradient to the
+                    s servers and reads the parameters back, so each
+                    server's link carries p/s * 2 * B:
+                    2 p/s * B / bandwidth + 2 * latency, over the node's own
+                    link on one node, the network across nodes. Where the
+                    ring's time per link stays under 2B as p grows, this one
+                    grows with p: the servers' links bind (seed 001's claim).
+                    Its latency term is the same at every size, as is the
+                    hidden share of the backward pass: the fit knows their
+                    difference only, and predicts with it. One worker still
+                    exchanges, so the compute time comes from the ecosystem's
+                    single device (Series.single_cells).
 
 and images/sec = p * batch / step. The five parameters (bandwidth and
 latency, intra- and inter-node, and the overlapped fraction of the backward
@@ -50,16 +62,15 @@ Needs NumPy, SciPy and pandas: no TensorFlow, no torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS
-from trainscale.study.registry import FRAMEWORKS, Traffic, framework_spec, label, table_order
+from trainscale.study.registry import label
 
 ALGORITHMS = ("ring", "hierarchical")
+# What a series whose framework's traffic is a parameter server's is fitted with.
+PARAMETER_SERVER = "parameter-server"
 # The grid predicted when a study's config names none (the schema's defaults).
 PREDICT_NODES = (1, 2, 4, 8, 16, 32, 64)
 PREDICT_GPUS_PER_NODE = (4,)
@@ -106,6 +117,11 @@ class Series:
     cells: tuple[Cell, ...]
     passes: float = 2.0  # ring passes over the gradient per step (registry.Traffic)
     refused: str = ""  # why the model cannot say what a step moves ("" if it can)
+    servers: int = 0  # a parameter server's servers (registry.Traffic); 0: a ring
+    # Where the compute time comes from when not the series' own 1-GPU cells:
+    # one parameter-server worker still exchanges with its servers, so its
+    # ecosystem's single device's cells (the same model and batch) say it.
+    single_cells: tuple[Cell, ...] = ()
     # The inter-node link (seconds per byte, seconds per ring step) when it is
     # fixed, to the network probe's numbers (trainscale.analysis.predict_probe), not fitted.
     inter_link: tuple[float, float] | None = None
@@ -127,6 +143,7 @@ class StepModel:
     batch_size: int
     tied: tuple[str, ...] = ()  # links taken equal to the other (no cell crossed them)
     passes: float = 2.0
+    servers: int = 0
 
     def step_seconds(self, nodes, gpus_per_node) -> np.ndarray:
         return step_seconds(
@@ -137,6 +154,7 @@ class StepModel:
             nodes,
             gpus_per_node,
             self.passes,
+            self.servers,
         )
 
     def images_per_sec(self, nodes, gpus_per_node) -> np.ndarray:
@@ -145,18 +163,22 @@ class StepModel:
 
 
 def allreduce_terms(
-    gradient_bytes, algorithm, nodes, gpus_per_node, passes: float = 2.0
+    gradient_bytes, algorithm, nodes, gpus_per_node, passes: float = 2.0, servers: int = 0
 ) -> np.ndarray:
     """Per cell, what multiplies each link parameter (seconds per byte, latency;
     intra then inter) in the exchange's seconds: a (cells, 4) matrix. The
-    all-reduce's (2 passes), scaled to the framework's `passes`."""
+    all-reduce's (2 passes), or the parameter server's (2: send and receive),
+    scaled to the framework's `passes`."""
     n = np.atleast_1d(np.asarray(nodes, dtype=float))
     g = np.atleast_1d(np.asarray(gpus_per_node, dtype=float))
-    if algorithm == "ring":
-        p = n * g
-        ring = np.stack([2 * (p - 1) / p * gradient_bytes, 2 * (p - 1)], axis=1)
-        across = (n > 1)[:, None]
-        terms = np.concatenate([np.where(across, 0, ring), np.where(across, ring, 0)], axis=1)
+    p = n * g
+    across = (n > 1)[:, None]
+    if algorithm in ("ring", PARAMETER_SERVER):
+        if algorithm == "ring":
+            link = np.stack([2 * (p - 1) / p * gradient_bytes, 2 * (p - 1)], axis=1)
+        else:
+            link = np.stack([2 * p / max(servers, 1) * gradient_bytes, np.full_like(p, 2)], axis=1)
+        terms = np.concatenate([np.where(across, 0, link), np.where(across, link, 0)], axis=1)
     else:
         intra = np.stack([2 * (g - 1) / g * gradient_bytes, 2 * (g - 1)], axis=1)
         inter = np.stack([2 * (n - 1) / n * gradient_bytes, 2 * (n - 1)], axis=1)
@@ -165,18 +187,18 @@ def allreduce_terms(
 
 
 def allreduce_seconds(
-    parameters, gradient_bytes, algorithm, nodes, gpus_per_node, passes: float = 2.0
+    parameters, gradient_bytes, algorithm, nodes, gpus_per_node, passes=2.0, servers=0
 ) -> np.ndarray:
     """Seconds of one step's exchange (module docstring)."""
-    terms = allreduce_terms(gradient_bytes, algorithm, nodes, gpus_per_node, passes)
+    terms = allreduce_terms(gradient_bytes, algorithm, nodes, gpus_per_node, passes, servers)
     return terms @ np.asarray(parameters[:4], dtype=float)
 
 
 def step_seconds(
-    parameters, compute, gradient_bytes, algorithm, nodes, gpus_per_node, passes: float = 2.0
+    parameters, compute, gradient_bytes, algorithm, nodes, gpus_per_node, passes=2.0, servers=0
 ):
     communication = allreduce_seconds(
-        parameters, gradient_bytes, algorithm, nodes, gpus_per_node, passes
+        parameters, gradient_bytes, algorithm, nodes, gpus_per_node, passes, servers
     )
     hidden = parameters[4] * BACKWARD_SHARE * compute
     return compute + np.maximum(0.0, communication - hidden)
@@ -188,7 +210,10 @@ def step_seconds(
 
 
 def _links_seen(cells, algorithm) -> set[str]:
-    """The links (intra, inter) some multi-GPU cell's all-reduce crosses."""
+    """The links (intra, inter) some multi-GPU cell's all-reduce crosses (a
+    parameter server's: every cell's exchange, one worker's too)."""
+    if algorithm == PARAMETER_SERVER:
+        return {"inter" if cell.nodes > 1 else "intra" for cell in cells}
     seen = set()
     for cell in cells:
         if cell.nodes > 1:
@@ -228,11 +253,19 @@ class _Problem:
 def _problem(series: Series, cells, algorithm: str) -> _Problem:
     if series.refused:
         raise PredictError(f"not fitted: {series.refused}, so a step's traffic is unknown")
-    single = [c for c in cells if c.gpus == 1]
+    if series.servers:
+        single = list(series.single_cells)
+        multi = list(cells)  # one worker exchanges too
+        if not single:
+            raise PredictError(
+                "no 1-device cell of its ecosystem's base: the compute time per step is unknown"
+            )
+    else:
+        single = [c for c in cells if c.gpus == 1]
+        multi = [c for c in cells if c.gpus > 1]
     if not single:
         raise PredictError("no 1-GPU cell: the compute time per step is unknown")
     compute = series.batch_size / float(np.mean([c.images_per_sec for c in single]))
-    multi = [c for c in cells if c.gpus > 1]
     seen = _links_seen(multi, algorithm)
     if not seen:
         raise PredictError("no multi-GPU cell to fit the communication to")
@@ -242,7 +275,9 @@ def _problem(series: Series, cells, algorithm: str) -> _Problem:
     nodes = np.array([c.nodes for c in multi])
     gpus = np.array([c.gpus_per_node for c in multi])
     measured = series.batch_size * nodes * gpus / np.array([c.images_per_sec for c in multi])
-    terms = allreduce_terms(series.gradient_bytes, algorithm, nodes, gpus, series.passes)
+    terms = allreduce_terms(
+        series.gradient_bytes, algorithm, nodes, gpus, series.passes, series.servers
+    )
     if fixed:  # only the intra-node link is free (its columns are zero where unseen)
         known = terms[:, 2:] @ np.asarray(fixed)
         return _Problem(compute, measured, terms[:, :2], known, tied, fixed)
@@ -307,14 +342,17 @@ def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple
         series.batch_size,
         problem.tied,
         series.passes,
+        series.servers,
     )
     rms = float(np.sqrt(np.mean(problem.residuals(best) ** 2)))
     return model, rms
 
 
 def best_fit(series: Series, cells=None) -> tuple[StepModel, float]:
-    """Both algorithms fitted; the one with the smaller error."""
-    fits = [fit_step_model(series, cells, algorithm) for algorithm in ALGORITHMS]
+    """Both all-reduce algorithms fitted, the one with the smaller error kept;
+    a parameter server's series, its own."""
+    algorithms = (PARAMETER_SERVER,) if series.servers else ALGORITHMS
+    fits = [fit_step_model(series, cells, algorithm) for algorithm in algorithms]
     return min(fits, key=lambda fit: fit[1])
 
 
@@ -350,82 +388,3 @@ def bootstrap(series: Series, cells=None, fits: int = BOOTSTRAP_FITS, seed: int 
     fitted = model.images_per_sec([c.nodes for c in cells], [c.gpus_per_node for c in cells])
     residuals = measured / fitted - 1
     return Bootstrap(model, rms, refits, residuals)
-
-
-# --------------------------------------------------------------------------
-# A study's series, from its tidy table and records
-# --------------------------------------------------------------------------
-
-
-def _record(path: str) -> dict:
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return {}
-
-
-def traffic(record: dict, model: str, image_size: int) -> tuple[int, Traffic]:
-    """(the gradient's bytes on the wire, what a step moves), as the record's
-    framework's registry entry says for the record's settings."""
-    parameters = record.get("trainable_parameters") or KNOWN_TRAINABLE_PARAMETERS.get(
-        (model, int(image_size))
-    )
-    if not parameters:
-        raise PredictError(f"no trainable parameter count for {model} at {image_size}")
-    settings = {"device": record.get("device"), **record.get("settings", {})}
-    spec = framework_spec(record["framework"]) if record.get("framework") in FRAMEWORKS else None
-    moved = spec.traffic(settings) if spec else Traffic()
-    return int(parameters) * moved.bytes_per_element, moved
-
-
-SERIES_KEYS = ["framework", "model", "image_size", "batch_size", "knobs"]
-
-
-def study_series(tidy: pd.DataFrame) -> list[Series]:
-    """Every series of ok runs in a tidy table, repeats pooled per cell."""
-    tidy = tidy[tidy["status"] == "ok"].assign(knobs=tidy["knobs"].fillna(""))
-    found = []
-    for (framework, model, image_size, batch_size, knobs), rows in tidy.groupby(SERIES_KEYS):
-        records = {path: _record(path) for path in rows["record"]}
-        try:
-            size, moved = traffic(records[rows["record"].iloc[0]], model, image_size)
-        except PredictError:
-            continue
-        cells = []
-        for (nodes, gpus_per_node), part in rows.groupby(["nodes", "gpus_per_node"]):
-            samples = []
-            for path in part["record"]:
-                samples += (records[path].get("images_per_sec") or {}).get("samples") or []
-            std = part["images_per_sec_std"].fillna(0).mean()
-            mean = part["images_per_sec_mean"].mean()
-            cells.append(
-                Cell(int(nodes), int(gpus_per_node), float(mean), float(std), tuple(samples))
-            )
-        found.append(
-            Series(
-                framework,
-                model,
-                int(image_size),
-                int(batch_size),
-                knobs,
-                size,
-                tuple(cells),
-                moved.passes,
-                moved.refused,
-            )
-        )
-    return sorted(found, key=lambda s: (table_order(s.framework), s.model, s.batch_size, s.knobs))
-
-
-def holdout_split(cells) -> tuple[list[Cell], list[Cell], str]:
-    """(fit cells, held-out cells, the rule): nodes up to half the largest, or on
-    one node, GPUs up to half the largest."""
-    most_nodes = max(c.nodes for c in cells)
-    if most_nodes > 1:
-        limit = most_nodes // 2
-        fit = [c for c in cells if c.nodes <= limit]
-        return fit, [c for c in cells if c.nodes > limit], f"nodes <= {limit}"
-    limit = max(c.gpus_per_node for c in cells) // 2
-    fit = [c for c in cells if c.gpus_per_node <= limit]
-    return fit, [c for c in cells if c.gpus_per_node > limit], f"GPUs <= {limit}"

@@ -166,7 +166,7 @@ LABELS = {
 
 def write_probe_comparison(tidy_csv: str, probe_paths: list[str], folder: str) -> None:
     """tables/predicted_vs_probe.{csv,md,tex}: the fitted link beside the probe's."""
-    from trainscale.analysis.predict import study_series
+    from trainscale.analysis.predict_series import study_series
     from trainscale.analysis.rendering import write_table
 
     table = probe_table(study_series(pd.read_csv(tidy_csv)), probe_paths)

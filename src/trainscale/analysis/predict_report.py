@@ -15,16 +15,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from trainscale.analysis.outputs import PREDICTED, PREDICTED_HOLDOUT, PREDICTED_PARAMETERS
+from trainscale.analysis.outputs import (
+    PREDICTED,
+    PREDICTED_CROSSOVER,
+    PREDICTED_HOLDOUT,
+    PREDICTED_PARAMETERS,
+)
 from trainscale.analysis.predict import (
     PredictError,
     Series,
     StepModel,
     bootstrap,
-    holdout_split,
-    study_series,
 )
+from trainscale.analysis.predict_crossover import crossover_table, shown_crossover
 from trainscale.analysis.predict_probe import with_probed_links
+from trainscale.analysis.predict_series import holdout_split, study_series
 from trainscale.study.registry import framework_spec, label
 
 
@@ -279,6 +284,10 @@ TABLES = {
         "Held-out check: fitted on the smaller cells, error on the larger ones",
         _shown_holdout,
     ),
+    PREDICTED_CROSSOVER: (
+        "Parameter server against all-reduce, predicted as the workers grow",
+        shown_crossover,
+    ),
 }
 
 
@@ -287,7 +296,12 @@ def _write(table: pd.DataFrame, folder: str, name: str) -> None:
     from trainscale.analysis.rendering import to_latex, to_markdown, write_formats
 
     caption, shown = TABLES[name]
-    display = shown(table) if len(table) else pd.DataFrame({"Note": ["no series to fit"]})
+    empty = (
+        "no parameter server and all-reduce fitted alike"
+        if name == PREDICTED_CROSSOVER
+        else ("no series to fit")
+    )
+    display = shown(table) if len(table) else pd.DataFrame({"Note": [empty]})
     display = display.astype(str)
     write_formats(folder, name, table, to_markdown(display, caption), to_latex(display, caption))
 
@@ -302,7 +316,7 @@ def write_predictions(
     link: str = "fitted",
     probe_paths: list[str] = (),
 ) -> None:
-    """tables/predicted{,_parameters,_holdout}.{csv,md,tex} and the figure, for
+    """tables/predicted{,_parameters,_holdout,_crossover}.{csv,md,tex} and the figure, for
     a study; with `link` "probe", each series' inter-node link fixed to its
     network's probe (`probe_paths`: the study's probe records) where one ran."""
     from trainscale.analysis.figures import predicted as draw
@@ -316,5 +330,7 @@ def write_predictions(
     _write(predicted, folder, PREDICTED)
     _write(parameters_table(fitted), folder, PREDICTED_PARAMETERS)
     _write(holdout, folder, PREDICTED_HOLDOUT)
+    crossover = crossover_table(fitted, holdout, nodes, gpus_per_node)
+    _write(crossover, folder, PREDICTED_CROSSOVER)
     draw(series_list, fitted, predicted, figure_paths)
     print(holdout.to_string(), flush=True)
