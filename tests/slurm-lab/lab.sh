@@ -218,6 +218,9 @@ start_shaped_network() {
   add_bridge "$SHAPED_BRIDGE" "$SHAPED_SUBNET.1"
   for i in $(seq 1 "$nodes"); do
     local ns=tslab-node$i
+    # A name on this network, for TensorFlow's tasks, which find each other
+    # by host name (a study's network sets TRAINSCALE_TF_HOST_SUFFIX=-shaped).
+    echo "$SHAPED_SUBNET.$((10 + i)) node$i-shaped $HOSTS_TAG" >>/etc/hosts
     ip -n "$ns" link show eth1 >/dev/null 2>&1 && continue
     link_node "$ns" "tsshaped$i" eth1 "$SHAPED_BRIDGE" "$SHAPED_SUBNET.$((10 + i))"
     # Both directions: what leaves the node (eth1) and what enters it (the

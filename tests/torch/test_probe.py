@@ -20,12 +20,12 @@ from trainscale.study.settings import RunSettings
 LARGEST = 2**20
 
 
-def probe(transport: str, tmp_path) -> dict:
+def probe(transport: str, tmp_path, ranks: int = 2) -> dict:
     output = tmp_path / f"{transport}.json"
     trainscale(
         "probe", "--transport", transport, "--largest-message-bytes", str(LARGEST),
         "--repetitions", "5", "--network-name", "lo", "--output", str(output),
-        timeout=300, check=True,
+        "--ranks-per-node", str(ranks), timeout=300, check=True,
     )  # fmt: skip
     assert not list(tmp_path.glob("*.rank0.json")), "the ranks' partial record was left"
     return load_json(output)
@@ -54,6 +54,7 @@ def test_the_torch_probe_times_ping_pong_and_all_reduce_between_two_gloo_ranks(t
     assert record["network"] == "lo"
     assert [p["bytes"] for p in record["ping_pong"]] == message_sizes(LARGEST)
     assert [c["bytes"] for c in record["all_reduce"]] == collective_sizes(LARGEST)
+    assert record["incast"] == []  # a server needs 2 workers at least
     ping = {p["bytes"]: p for p in record["ping_pong"]}
     # A byte's trip is all latency, a MiB's mostly bandwidth: the rate grows
     # by orders of magnitude with the size, and a MiB takes longer than a byte.
@@ -64,6 +65,19 @@ def test_the_torch_probe_times_ping_pong_and_all_reduce_between_two_gloo_ranks(t
         # 2(n-1)/n = 1 (nccl-tests).
         assert row["busbw"] == pytest.approx(row["algbw"])
         assert row["algbw"] == pytest.approx(row["bytes"] / row["seconds"])
+
+
+@pytest.mark.slow
+def test_the_torch_probe_times_a_parameter_servers_incast_on_three_ranks(tmp_path):
+    # Rank 0 the server, 2 workers: each sends a message and gets one back,
+    # so the server's link carries 4 messages a repetition.
+    record = probe("torch", tmp_path, ranks=3)
+    assert [row["bytes"] for row in record["incast"]] == collective_sizes(LARGEST)
+    for row in record["incast"]:
+        assert row["server_bytes"] == 4 * row["bytes"]
+        assert row["server_link_bw"] == pytest.approx(row["server_bytes"] / row["seconds"])
+    incast = {row["bytes"]: row for row in record["incast"]}
+    assert incast[LARGEST]["server_link_bw"] > 100 * incast[4]["server_link_bw"]
 
 
 @pytest.mark.slow

@@ -85,7 +85,11 @@ EXPECTED = {
     "tf-mirrored/small_cnn/b16/n1g2r1.json": (["node?"], 2),
     "torch-ddp/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
     "ray-train/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
+    # The chief runs the loop; its record names every role's host.
+    "tf-ps/small_cnn/b16/n2g1r1.json": (["node1"], 2),
 }
+# tf-ps's roles, one srun step in task order, node by node.
+PARAMETER_SERVER_HOSTS = {"chief": ["node1"], "ps": ["node1"], "worker": ["node2", "node2"]}
 TORCH = [s.name for s in REGISTRY if s.ecosystem == "torch"]
 
 
@@ -125,6 +129,10 @@ def test_each_launch_kind_through_the_slurm_profile(lab, tmp_path, record_proper
             assert provenance["hosts"] == hosts, name
         else:  # its workers on the nodes SLURM gave, ranked as Ray ranks them
             assert sorted(provenance["hosts"]) == hosts, name
+        cluster = record["framework_config"].get("cluster")
+        if cluster:
+            hosts_of = {role: [a.split(":")[0] for a in tasks] for role, tasks in cluster.items()}
+            assert hosts_of == PARAMETER_SERVER_HOSTS, name
         # Every process saw the fake GPUs its job asked for.
         for process in provenance["processes"]:
             assert process["cuda_visible_devices"], name

@@ -27,6 +27,7 @@ def network_table(records: list[dict], rated_gbit: dict[str, float]) -> pd.DataF
     rows = []
     for r in records:
         ping, reduce = r["ping_pong"], r["all_reduce"]
+        incast = r.get("incast") or []  # a probe of 3 ranks or more, since issue 31
         network = _network_name(r)
         rated = rated_gbit.get(network)
         ping_gbit = ping[-1]["bandwidth"] * GBIT if ping else None
@@ -42,6 +43,9 @@ def network_table(records: list[dict], rated_gbit: dict[str, float]) -> pd.DataF
                 "largest_bytes": reduce[-1]["bytes"],
                 "ping_pong_gbit_per_s": ping_gbit,
                 "all_reduce_busbw_gbit_per_s": reduce[-1]["busbw"] * GBIT,
+                "incast_server_link_gbit_per_s": (
+                    incast[-1]["server_link_bw"] * GBIT if incast else None
+                ),
                 "rated_gbit_per_s": rated,
                 "ping_pong_of_rated": ping_gbit / rated if rated and ping_gbit else None,
             }
@@ -55,6 +59,7 @@ LABELS = {
     "largest_bytes": "largest (B)",
     "ping_pong_gbit_per_s": "ping-pong (Gbit/s)",
     "all_reduce_busbw_gbit_per_s": "all-reduce busbw (Gbit/s)",
+    "incast_server_link_gbit_per_s": "incast, server link (Gbit/s)",
     "rated_gbit_per_s": "rated (Gbit/s)",
     "ping_pong_of_rated": "ping-pong / rated",
 }
@@ -69,6 +74,10 @@ def network_curves(records: list[dict]) -> pd.DataFrame:
             rows.append((r["link"], f"{series} ping-pong", p["bytes"], p["bandwidth"] * GBIT))
         for c in r["all_reduce"]:
             rows.append((r["link"], f"{series} all-reduce busbw", c["bytes"], c["busbw"] * GBIT))
+        for c in r.get("incast") or []:
+            rows.append(
+                (r["link"], f"{series} incast server link", c["bytes"], c["server_link_bw"] * GBIT)
+            )
     return pd.DataFrame(rows, columns=["link", "series", "bytes", "gbit_per_s"])
 
 

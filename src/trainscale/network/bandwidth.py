@@ -14,6 +14,11 @@ Definitions (NetPIPE's for point to point, nccl-tests' for collectives):
   crosses a link twice, as reduce-scatter then all-gather), (n-1)/n for
   all-gather and reduce-scatter, 1 for broadcast and reduce. One rank moves
   nothing: its factor is 0.
+- Incast (a parameter server's pattern): every other rank sends S bytes to
+  one rank (many-to-one), which then sends S bytes back to each (one-to-many),
+  as n-1 workers send their gradients to one server and read the parameters
+  back. The server's link carries 2(n-1)S; its bandwidth is that over the
+  time (the step model's parameter-server exchange, trainscale.analysis.predict).
 - A size's time is the median of its repetitions: the first repetition pays
   connection set-up and the odd one a scheduler's pause.
 """
@@ -69,3 +74,12 @@ def ping_pong(size: int, round_trips: list[float]) -> dict:
     repetition: one-way latency (seconds) and bandwidth (bytes per second)."""
     one_way = statistics.median(round_trips) / 2
     return {"latency": one_way, "bandwidth": size / one_way}
+
+
+def incast_bandwidth(workers: int, size: int, seconds: list[float]) -> dict:
+    """`workers` ranks each sending `size` bytes to one rank and receiving `size`
+    bytes back, timed `seconds` per repetition: the median time and the
+    bandwidth of the one rank's link (bytes per second)."""
+    time = statistics.median(seconds)
+    server_bytes = 2 * workers * size
+    return {"seconds": time, "server_bytes": server_bytes, "server_link_bw": server_bytes / time}

@@ -13,6 +13,10 @@ and rank 0 writes FILE. What is timed (trainscale.network.bandwidth has the arit
 - all-reduce (sum, float32) over powers of two from 4 bytes, every rank; a
   repetition's time is the slowest rank's (the collective is done when the
   last rank is), each preceded by a barrier so no rank starts early.
+- incast (torch.distributed only, 3 ranks or more): rank 0 plays a parameter
+  server: every other rank sends it a message and it sends each one back
+  (many-to-one, then one-to-many), timed on rank 0, over the all-reduce's
+  sizes.
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ import os
 import socket
 import time
 
-from trainscale.network.bandwidth import collective_bandwidths, message_sizes, ping_pong
+from trainscale.network.bandwidth import (
+    collective_bandwidths,
+    incast_bandwidth,
+    message_sizes,
+    ping_pong,
+)
 
 # What selects the interface each library uses: kept in the probe's record.
 INTERFACE_VARIABLES = (
@@ -88,6 +97,27 @@ class TorchRanks:
             elif self.rank == peer:
                 self.dist.recv(message, 0)
                 self.dist.send(message, 0)
+        return times
+
+    def incast(self, size: int, repetitions: int) -> list[float]:
+        """Every other rank sends `size` bytes to rank 0, which sends `size`
+        bytes back to each: a parameter server's step (timed on rank 0)."""
+        message, times = self.buffer(size), []
+        others = range(1, self.size)
+        for _ in range(repetitions):
+            self.dist.barrier()
+            start = time.perf_counter()
+            if self.rank == 0:
+                received = [self.buffer(size) for _ in others]
+                for work in [self.dist.irecv(b, peer) for b, peer in zip(received, others)]:
+                    work.wait()
+                for work in [self.dist.isend(message, peer) for peer in others]:
+                    work.wait()
+                self.wait()
+                times.append(time.perf_counter() - start)
+            else:
+                self.dist.send(message, 0)
+                self.dist.recv(message, 0)
         return times
 
     def all_reduce(self, size: int, repetitions: int) -> list[float]:
@@ -257,11 +287,18 @@ def sweep(ranks, largest: int, repetitions: int) -> dict:
         for size in message_sizes(largest):
             times = ranks.ping_pong(size, repetitions)
             point_to_point.append({"bytes": size, **ping_pong(size, times)} if times else {})
-    collective = []
+    collective, incast = [], []
     for size in collective_sizes(largest):
         times = ranks.all_reduce(size, repetitions)
         bandwidths = collective_bandwidths("all_reduce", ranks.size, size, times)
         collective.append({"bytes": size, **bandwidths})
+    # One server and at least two workers: the pattern whose server link binds.
+    if ranks.size > 2 and ranks.has_point_to_point:
+        ranks.incast(4, 2)  # untimed: each pair's first message
+        for size in collective_sizes(largest):
+            times = ranks.incast(size, repetitions)
+            found = incast_bandwidth(ranks.size - 1, size, times) if times else {}
+            incast.append({"bytes": size, **found})
     hosts = ranks.hosts()
     if ranks.rank != 0:
         return {}
@@ -272,6 +309,7 @@ def sweep(ranks, largest: int, repetitions: int) -> dict:
         "link": "inter-node" if len(set(hosts)) > 1 else "intra-node",
         "ping_pong": point_to_point,
         "all_reduce": collective,
+        "incast": incast,
         "environment": {v: os.environ[v] for v in INTERFACE_VARIABLES if v in os.environ},
     }
 

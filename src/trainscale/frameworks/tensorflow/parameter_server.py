@@ -25,7 +25,11 @@ import sys
 import time
 
 from trainscale.core.slurm import slurm_port_base
-from trainscale.frameworks.tensorflow.strategies import Framework, configure_host
+from trainscale.frameworks.tensorflow.strategies import (
+    Framework,
+    configure_host,
+    on_this_network,
+)
 from trainscale.harness.backend import DeviceError
 from trainscale.study.registry import framework_spec
 from trainscale.study.settings import RunOptions, RunSettings, cpu_share
@@ -56,9 +60,12 @@ def cluster_resolver(settings: RunSettings):
         gpus_per_task=1,
         auto_set_gpu=False,
     )
-    cluster = slurm.cluster_spec()  # also sets task_type and task_id
+    cluster = on_this_network(slurm.cluster_spec().as_dict())  # sets task_type, task_id
     return resolvers.SimpleClusterResolver(
-        cluster, task_type=slurm.task_type, task_id=slurm.task_id, num_accelerators={}
+        tf.train.ClusterSpec(cluster),
+        task_type=slurm.task_type,
+        task_id=slurm.task_id,
+        num_accelerators={},
     )
 
 

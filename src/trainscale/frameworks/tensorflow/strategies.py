@@ -409,14 +409,28 @@ class MultiWorker(Strategy):
         slurm = resolvers.SlurmClusterResolver(
             port_base=port_base, gpus_per_node=per_node, gpus_per_task=1, auto_set_gpu=False
         )
-        cluster = slurm.cluster_spec()  # also sets task_type and task_id
+        cluster = slurm.cluster_spec().as_dict()  # also sets task_type and task_id
         return resolvers.SimpleClusterResolver(
-            cluster,
+            tf.train.ClusterSpec(on_this_network(cluster)),
             task_type=slurm.task_type,
             task_id=slurm.task_id,
             num_accelerators={},
             rpc_layer="grpc",
         )
+
+
+def on_this_network(cluster: dict) -> dict:
+    """The cluster's addresses on the run's network. TensorFlow's tasks reach
+    each other by host name, which names the hosts' first network; a study's
+    network (cluster.networks) names its own hosts by a suffix,
+    TRAINSCALE_TF_HOST_SUFFIX (the SLURM lab's /etc/hosts: node1-shaped)."""
+    suffix = os.environ.get("TRAINSCALE_TF_HOST_SUFFIX", "")
+    if not suffix:
+        return cluster
+    return {
+        job: [f"{host}{suffix}:{port}" for host, _, port in (a.rpartition(":") for a in tasks)]
+        for job, tasks in cluster.items()
+    }
 
 
 def create_framework(
