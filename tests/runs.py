@@ -477,4 +477,15 @@ def check_a_torch_run(record, result, replicas):
     assert record["training_flops_per_image"] > 0 and record["final_loss"] > 0
     # Keras's count: the torch model is its twin (trainscale.analysis.predict reads it).
     assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("small_cnn", 32)]
+    # The collectives of a warm-up step, as torch's profiler saw them: every
+    # framework over torch.distributed moves the gradient somehow (DDP in one
+    # all-reduce, FSDP2 and ZeRO in their own; Horovod's own thread is not
+    # torch.distributed's).
+    from trainscale.frameworks import backend_class
+    from trainscale.frameworks.torch.torch_distributed import TorchDistributed
+
+    if replicas > 1 and issubclass(backend_class(record["framework"]), TorchDistributed):
+        collectives = record["collectives_per_step"]
+        assert all(name.split(":")[0] == "gloo" for name in collectives), collectives
+        assert sum(c["elements"] for c in collectives.values()) >= record["trainable_parameters"]
     assert "images/sec total" in result.stdout

@@ -73,6 +73,14 @@ def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path, 
     assert 0 < ray["cluster_start_seconds"] < ray["driver_seconds"]
     assert ray["fit_seconds"] > record["timed_seconds"]
     print(f"ray-train, 2 workers: {ray}")
+    # Seed 004 says Ray Train "facilitates inter-node communication with the
+    # use of a parameter server": a step runs one all-reduce of every
+    # trainable parameter over the workers' process group (DDP's), and no
+    # point-to-point send or receive a server would need.
+    collectives = record["collectives_per_step"]
+    print(f"ray-train, one step's collectives: {collectives}")
+    assert collectives["gloo:all_reduce"]["elements"] == record["trainable_parameters"]
+    assert not any(name.split(":")[1] in ("send", "recv") for name in collectives)
     # Nothing left: the temp and home folders as they were, only the record
     # beside itself, and no process of the run alive.
     # torch's own compile cache (torchinductor_<user>) is made by torch-ddp's

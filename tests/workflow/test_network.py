@@ -31,6 +31,16 @@ def test_a_study_probes_each_network_and_transport_on_one_node_and_across_two():
     assert probes[0].stem() == "network/eth/horovod-mpi/n1r2"
 
 
+def test_the_lab_parameter_server_study_probes_the_incast_across_two_nodes():
+    config = load_yaml(os.path.join(REPO, "tests", "slurm-lab", "parameter-server.yaml"))
+    probes = study_probes(config, check_config(config, root=REPO))
+    # The ring's link (2 ranks) and a server with 3 workers, 2 of them remote;
+    # tf-ps's own kind has no probe transport: its gRPC has no probe of its own.
+    assert probes == [
+        ProbeJob("shaped", transport, 2, ranks) for transport in ("tf", "torch") for ranks in (1, 2)
+    ]
+
+
 def test_the_probes_follow_the_frameworks_launchers_and_shapes():
     config = copy.deepcopy(seed002())
     config["grid"].update(framework=["torch-ddp", "horovod-torch", "tf-single"], nodes=[1])

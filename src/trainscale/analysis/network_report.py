@@ -43,8 +43,13 @@ def network_table(records: list[dict], rated_gbit: dict[str, float]) -> pd.DataF
                 "largest_bytes": reduce[-1]["bytes"],
                 "ping_pong_gbit_per_s": ping_gbit,
                 "all_reduce_busbw_gbit_per_s": reduce[-1]["busbw"] * GBIT,
+                # The server's link: on one node all of it, across nodes the
+                # remote workers' share (the network's).
                 "incast_server_link_gbit_per_s": (
-                    incast[-1]["server_link_bw"] * GBIT if incast else None
+                    incast[-1]["network_bw" if r["link"] == "inter-node" else "server_link_bw"]
+                    * GBIT
+                    if incast
+                    else None
                 ),
                 "rated_gbit_per_s": rated,
                 "ping_pong_of_rated": ping_gbit / rated if rated and ping_gbit else None,

@@ -89,7 +89,7 @@ def crossover_table(fitted: dict, holdout: pd.DataFrame, nodes, gpus_per_node) -
                     "model": server.model,
                     "batch_size": server.batch_size,
                     "servers": server.servers,
-                    "knobs": ",".join(k for k in (server.knobs, ring.knobs) if k),
+                    "knobs": ",".join(dict.fromkeys(k for k in (server.knobs, ring.knobs) if k)),
                     "fewest_workers": int(n[0] * g[0]),
                     "faster_at_fewest": faster[0],
                     "most_workers": int(n[-1] * g[-1]),

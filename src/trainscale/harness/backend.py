@@ -24,6 +24,7 @@ TensorFlow and the other way round.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -97,6 +98,14 @@ class Backend:
 
     def after_first_step(self) -> None:
         """Called once, after the first warm-up step (Horovod-TF broadcasts there)."""
+
+    # What observe_collectives() saw: {operation: {"calls", "elements"}}, or None.
+    collectives_per_step: dict | None = None
+
+    def observe_collectives(self):
+        """A context around one untimed step that notes in collectives_per_step
+        the collectives the step ran (default: not observed)."""
+        return contextlib.nullcontext()
 
     # -- accuracy mode (trainscale.core.accuracy) --------------------------------
 

@@ -6,6 +6,7 @@ this module imports neither TensorFlow nor torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -144,7 +145,10 @@ def _warm_up(backend: Backend) -> float:
     if backend.topology.is_chief:
         log(f"{_who(settings)}: warm-up, {settings.warmup_steps} step(s)")
     for step in range(settings.warmup_steps):
-        loss = backend.step()
+        # The last warm-up step is watched for the collectives it runs.
+        last = step == settings.warmup_steps - 1
+        with backend.observe_collectives() if last else contextlib.nullcontext():
+            loss = backend.step()
         if step == 0:
             backend.after_first_step()
     return backend.read_loss(loss)
@@ -300,6 +304,12 @@ def _record(
             (p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], str)), None
         ),
         "framework_config": backend.framework_config(),
+        # The collectives one (warm-up) step ran, where the backend observes them.
+        **(
+            {"collectives_per_step": backend.collectives_per_step}
+            if backend.collectives_per_step
+            else {}
+        ),
         "source": "measured",
         "provenance": {
             **records.host_provenance(),

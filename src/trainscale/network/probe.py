@@ -31,8 +31,10 @@ from trainscale.core.setting import add_argument
 from trainscale.study.settings import OPTION, SETTING, RunSettings, SettingsError, validate
 
 PROBE_SCHEMA = 1
-# (nodes, ranks per node) of each link a probe measures: the node's own, the network.
-LINKS = {"intra-node": (1, 2), "inter-node": (2, 1)}
+# (nodes, ranks per node) of each link a probe measures: the node's own, the
+# network; and a parameter server's incast across it (4 ranks: the server and
+# a worker on node 1, two workers on node 2).
+LINKS = {"intra-node": (1, 2), "inter-node": (2, 1), "incast": (2, 2)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +91,7 @@ def study_probes(config: dict, points) -> list[ProbeJob]:
     probe = config.get("probe", {})
     if not probe.get("enabled"):
         return []
-    links = probe.get("links", LINKS)
+    links = probe.get("links", ("intra-node", "inter-node"))
     runs = [run_settings(config, p) for p in points if p.framework in FRAMEWORKS]
     transports = sorted({transport_of(s) for s in runs} - {""})
     networks = sorted({s.network or DEFAULT_NETWORK for s in runs})
@@ -97,6 +99,7 @@ def study_probes(config: dict, points) -> list[ProbeJob]:
     crossed = {
         "intra-node": max(s.gpus_per_node for s in runs) >= 2,
         "inter-node": max(s.nodes for s in runs) >= 2,
+        "incast": max(s.nodes for s in runs) >= 2,
     }
     shapes = [LINKS[link] for link in LINKS if link in links and crossed[link]]
     return [ProbeJob(n, t, *shape) for n in networks for t in transports for shape in shapes]

@@ -302,6 +302,12 @@ def sweep(ranks, largest: int, repetitions: int) -> dict:
     hosts = ranks.hosts()
     if ranks.rank != 0:
         return {}
+    # What crosses the network: the workers on another host than the server's.
+    remote = sum(host != hosts[0] for host in hosts[1:])
+    for row in incast:
+        if row.get("seconds"):
+            row["remote_workers"] = remote
+            row["network_bw"] = 2 * remote * row["bytes"] / row["seconds"]
     return {
         "backend": ranks.backend,
         "ranks": ranks.size,

@@ -12,6 +12,7 @@ and per-job port (trainscale.core.slurm). gloo on CPUs, NCCL on GPUs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 
@@ -70,6 +71,24 @@ class TorchDistributed(TorchBackend):
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    @contextlib.contextmanager
+    def observe_collectives(self):
+        """Which collectives one step runs, and on how many elements: the
+        process group's own operations (gloo:all_reduce, nccl:all_reduce, ...)
+        as torch's profiler sees them, over a warm-up step (never a timed one)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+            yield
+        seen: dict[str, dict] = {}
+        for event in profiler.events():
+            if event.name.split(":")[0] in ("gloo", "nccl"):
+                elements = sum(int(np.prod(shape)) for shape in event.input_shapes if shape)
+                entry = seen.setdefault(event.name, {"calls": 0, "elements": 0})
+                entry["calls"] += 1
+                entry["elements"] += elements
+        self.collectives_per_step = seen
 
     def gather_rows(self, row: np.ndarray) -> np.ndarray:
         import torch.distributed as dist
