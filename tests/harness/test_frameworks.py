@@ -21,7 +21,8 @@ def _cases():
             continue
         replicas = 1 if spec.one_device else 2
         # The processes that run the loop (a parameter server's chief only).
-        roles = spec.launch.roles(RunSettings(framework=spec.name, gpus_per_node=replicas))
+        settings = RunSettings(framework=spec.name, gpus_per_node=replicas, device="cpu")
+        roles = spec.launch.roles(settings)
         processes = sum(role.count for role in roles if not role.runs)
         launchers = (
             HOROVOD_LAUNCHER.choices

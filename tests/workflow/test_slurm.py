@@ -77,12 +77,15 @@ def records(repo, study):
 
 
 # The lab study's points (tests/slurm-lab/study.yaml: one framework of each
-# launch kind) and the hosts of their processes, in rank order: one process per
-# replica on the CPU, but one for MirroredStrategy.
+# launch kind, and CentralStorageStrategy) and the hosts of their processes,
+# in rank order: one process per replica on the CPU, but one for
+# MirroredStrategy and CentralStorageStrategy, and tf-ps's chief.
 EXPECTED = {
     "horovod/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
     "tf-multiworker/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
     "tf-mirrored/small_cnn/b16/n1g2r1.json": (["node?"], 2),
+    # One process too, its variables on the host's CPU (issue 31's second).
+    "tf-central-storage/small_cnn/b16/n1g2r1.json": (["node?"], 2),
     "torch-ddp/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
     "ray-train/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
     # The chief runs the loop; its record names every role's host.
@@ -98,8 +101,8 @@ def test_the_lab_study_has_one_framework_of_each_launch_kind():
     needs its framework in the lab study (and its point in EXPECTED)."""
     frameworks = study_config()["grid"]["framework"]
     assert sorted(frameworks) == sorted({name.split("/")[0] for name in EXPECTED})
-    kinds = [type(framework_spec(name).launch) for name in frameworks]
-    assert sorted(map(str, kinds)) == sorted({str(type(spec.launch)) for spec in REGISTRY})
+    kinds = {str(type(framework_spec(name).launch)) for name in frameworks}
+    assert kinds == {str(type(spec.launch)) for spec in REGISTRY}
 
 
 def test_each_launch_kind_through_the_slurm_profile(lab, tmp_path, record_property):

@@ -15,7 +15,8 @@ import pandas as pd
 
 from trainscale.analysis.predict import PARAMETER_SERVER, Cell, PredictError, Series
 from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS
-from trainscale.study.registry import FRAMEWORKS, Traffic, base_of, framework_spec, table_order
+from trainscale.study.registry import FRAMEWORKS, base_of, framework_spec, table_order
+from trainscale.study.traffic import Traffic
 
 
 def _record(path: str) -> dict:

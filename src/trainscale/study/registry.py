@@ -27,10 +27,16 @@ from trainscale.study.launch_kinds import (
     MULTIWORKER,
     ONE_PROCESS,
     PARAMETER_SERVERS,
-    PS_SERVERS,
     RAY,
     TORCHRUN,
     LaunchKind,
+)
+from trainscale.study.traffic import (
+    Traffic,
+    all_reduce_traffic,
+    no_traffic,
+    parameter_server_traffic,
+    sharded_traffic,
 )
 
 # The modules of each ecosystem (the refactoring analysis's framework names
@@ -38,56 +44,16 @@ from trainscale.study.launch_kinds import (
 ECOSYSTEM_MODULES = {"tensorflow": ("tensorflow", "keras"), "torch": ("torch",)}
 
 
-@dataclass(frozen=True)
-class Traffic:
-    """What one training step moves between replicas, for the step model
-    (trainscale.analysis.predict): `passes` over the gradient's bytes, each pass moving
-    (p-1)/p of them over every link of a ring of p replicas in p-1 steps (a
-    ring all-reduce is 2 passes: a reduce-scatter and an all-gather), at
-    `bytes_per_element` per trainable parameter. `refused`: why the model
-    cannot say what this configuration moves (then no fit is made)."""
-
-    passes: float = 2.0
-    bytes_per_element: int = 4
-    refused: str = ""
-    # "ring": the passes go round a ring of the replicas; "parameter-server":
-    # each of the workers sends and receives `passes` x the bytes through
-    # `servers` servers' links.
-    pattern: str = "ring"
-    servers: int = 0
-
-
-def _all_reduce(compression_knob: str = "") -> Callable[[Mapping], Traffic]:
-    """One all-reduce of the gradient, in half precision where `compression_knob` says fp16."""
-
-    def traffic(settings: Mapping) -> Traffic:
-        half = compression_knob and settings.get(compression_knob) == "fp16"
-        return Traffic(2.0, 2 if half else 4)
-
-    return traffic
-
-
-def _sharded(passes_on_nccl: float, who: str) -> Callable[[Mapping], Traffic]:
-    """ZeRO / FSDP traffic on GPUs (NCCL), refused on CPU: gloo runs a
-    reduce-scatter as a whole all-reduce (torch PR #118911), so the passes
-    there are not the algorithm's."""
-
-    def traffic(settings: Mapping) -> Traffic:
-        if settings.get("device") == "cpu":
-            return Traffic(refused=f"{who} on CPU: gloo's reduce-scatter is a full all-reduce")
-        return Traffic(passes_on_nccl)
-
-    return traffic
-
-
-def _fsdp_traffic(settings: Mapping) -> Traffic:
+# What a step moves where that reads a framework's own knobs (beside their
+# declarations below); the rest is trainscale.study.traffic.
+def fsdp_traffic(settings: Mapping) -> Traffic:
     # All-gather in forward, again in backward when forward resharded, and a
     # reduce-scatter of the gradients.
     passes = 3.0 if settings.get("fsdp_reshard_after_forward", True) else 2.0
-    return _sharded(passes, "FSDP")(settings)
+    return sharded_traffic(passes, "FSDP")(settings)
 
 
-def _zero_traffic(settings: Mapping) -> Traffic:
+def zero_traffic(settings: Mapping) -> Traffic:
     # ZeRO-0 all-reduces gradients; ZeRO-1/2 reduce-scatter them and
     # all-gather the updated parameters (2 passes, as much as an all-reduce);
     # ZeRO-3 all-gathers the parameters in forward and again in backward, and
@@ -95,19 +61,7 @@ def _zero_traffic(settings: Mapping) -> Traffic:
     stage = int(settings.get("zero_stage", 0))
     if stage == 0:
         return Traffic(2.0)
-    return _sharded(3.0 if stage == 3 else 2.0, f"ZeRO-{stage}")(settings)
-
-
-def _no_traffic(settings: Mapping) -> Traffic:
-    return Traffic(0.0)
-
-
-def _parameter_server_traffic(settings: Mapping) -> Traffic:
-    # Every worker sends its gradient to the servers and reads the
-    # parameters back: (workers / servers) x 2 x the model's bytes on each
-    # server's link (trainscale.analysis.predict).
-    servers = int(settings.get(PS_SERVERS.name, PS_SERVERS.default))
-    return Traffic(2.0, pattern="parameter-server", servers=servers)
+    return sharded_traffic(3.0 if stage == 3 else 2.0, f"ZeRO-{stage}")(settings)
 
 
 @dataclass(frozen=True)
@@ -140,7 +94,7 @@ class FrameworkSpec:
     # (trainscale.analysis.refactoring.CONCEPTS): (concept, names whose use shows it).
     concept_evidence: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # What one step moves between replicas (record settings -> Traffic).
-    traffic: Callable[[Mapping], Traffic] = _all_reduce()
+    traffic: Callable[[Mapping], Traffic] = all_reduce_traffic()
     # A refusal of its own: settings -> "" or the one-line message.
     check: Callable[[Any], str] | None = None
     # "module:function" run by `trainscale train` in place of the training
@@ -256,7 +210,7 @@ REGISTRY = (
         example="tf_single.py",
         one_node=True,
         one_device=True,
-        traffic=_no_traffic,
+        traffic=no_traffic,
     ),
     FrameworkSpec(
         "horovod",
@@ -268,7 +222,7 @@ REGISTRY = (
         requires="horovod.tensorflow",
         example="tf_horovod.py",
         knobs=HOROVOD_KNOBS,
-        traffic=_all_reduce("horovod_compression"),
+        traffic=all_reduce_traffic("horovod_compression"),
     ),
     FrameworkSpec(
         "tf-mirrored",
@@ -304,7 +258,7 @@ REGISTRY = (
         one_node=True,
         # Every replica reads the variables from, and sends its gradient to,
         # the host's CPU: within one host, not over a network link.
-        traffic=_no_traffic,
+        traffic=no_traffic,
     ),
     FrameworkSpec(
         "tf-ps",
@@ -332,7 +286,7 @@ REGISTRY = (
             ("data sharding", ("create_per_worker_dataset",)),
             ("parameter servers", ("ParameterServerStrategy", "variable_partitioner")),
         ),
-        traffic=_parameter_server_traffic,
+        traffic=parameter_server_traffic,
         asynchronous=True,
     ),
     FrameworkSpec(
@@ -347,7 +301,7 @@ REGISTRY = (
         one_node=True,
         one_device=True,
         compared_with="tf-single",
-        traffic=_no_traffic,
+        traffic=no_traffic,
     ),
     FrameworkSpec(
         "torch-ddp",
@@ -360,7 +314,7 @@ REGISTRY = (
         example="torch_ddp.py",
         knobs=DDP_KNOBS,
         compared_with="horovod",
-        traffic=_all_reduce("ddp_compression"),
+        traffic=all_reduce_traffic("ddp_compression"),
     ),
     FrameworkSpec(
         "ray-train",
@@ -382,7 +336,7 @@ REGISTRY = (
             ("gradient all-reduce", ("prepare_model",)),
             ("training engine", ("TorchTrainer",)),
         ),
-        traffic=_all_reduce("ddp_compression"),
+        traffic=all_reduce_traffic("ddp_compression"),
         driver="trainscale.frameworks.torch.torch_ray:drive",
     ),
     FrameworkSpec(
@@ -396,7 +350,7 @@ REGISTRY = (
         example="torch_horovod.py",
         knobs=HOROVOD_KNOBS,
         compared_with="horovod",
-        traffic=_all_reduce("horovod_compression"),
+        traffic=all_reduce_traffic("horovod_compression"),
     ),
     FrameworkSpec(
         "torch-fsdp",
@@ -423,7 +377,7 @@ REGISTRY = (
             ("gradient all-reduce", ("fully_shard",)),
             ("sharded training state", ("fully_shard",)),
         ),
-        traffic=_fsdp_traffic,
+        traffic=fsdp_traffic,
         check=_fsdp_refuses_channels_last,
     ),
     FrameworkSpec(
@@ -455,7 +409,7 @@ REGISTRY = (
             ("training engine", ("initialize",)),
             ("sharded training state", ("zero_optimization",)),
         ),
-        traffic=_zero_traffic,
+        traffic=zero_traffic,
         check=_deepspeed_fp16_needs_a_gpu,
     ),
 )

@@ -1,17 +1,21 @@
-"""How each framework distributes the one training step.
+"""How each framework distributes the one training step: the Framework seam,
+tf-single and the synchronous tf.distribute strategies (Horovod's is
+tf_horovod.py, the parameter server's parameter_server.py).
 
 A framework adds exactly three things to the shared step in tf_backend.py:
 - how processes find each other and which devices each one drives (setup),
 - how data is sharded over replicas (make_iterator),
 - how gradients are reduced (wrap_tape for Horovod; the strategy's optimizer
-  all-reduce for tf.distribute) and how a step is run on every replica (run).
+  all-reduce for tf.distribute) and how a step is run on every replica (run;
+  compile_step where steps are scheduled, not run).
 It also offers one collective the harness needs, gather_rows, to add up the
 measured rates of every process.
 
-Loss convention, the same for all four: every replica computes
+Loss convention of the synchronous frameworks: every replica computes
 sum(per-example loss) / GLOBAL batch size, and gradients are SUMMED over
 replicas. The sum is then the gradient of the mean loss over the global batch,
-exactly what tf-single computes on the whole batch.
+exactly what tf-single computes on the whole batch. (A parameter server's
+worker divides by its own batch: its update is its own.)
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import os
 import numpy as np
 
 from trainscale.core.slurm import slurm_port_base
-from trainscale.harness.backend import DeviceError, Topology, horovod_wire_compression, init_horovod
+from trainscale.harness.backend import DeviceError, Topology
 from trainscale.study.settings import RunOptions, RunSettings, cpu_share
 
 
@@ -106,7 +110,7 @@ def configure_host(settings: RunSettings, processes_on_node: int) -> None:
             tf.config.experimental.set_memory_growth(gpu, True)
 
 
-def _require_gpus(count: int, who: str) -> list:
+def require_gpus(count: int, who: str) -> list:
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -130,7 +134,7 @@ class SingleDevice(Framework):
     def setup(self) -> None:
         configure_host(self.settings, 1)
         if self.settings.device == "gpu":
-            _require_gpus(1, "tf-single")
+            require_gpus(1, "tf-single")
             self.topology.devices = ["/GPU:0"]
         else:
             self.topology.devices = ["/CPU:0"]
@@ -139,101 +143,6 @@ class SingleDevice(Framework):
         import tensorflow as tf
 
         return tf.device(self.topology.devices[0])
-
-
-# --------------------------------------------------------------------------
-# Horovod
-# --------------------------------------------------------------------------
-
-
-class Horovod(Framework):
-    name = "horovod"
-    loss_is_global = False
-
-    def setup(self) -> None:
-        import horovod.tensorflow as hvd
-        import tensorflow as tf
-
-        self.hvd = hvd
-        init_horovod(hvd, self.settings)
-        configure_host(self.settings, hvd.local_size())
-        self.topology.num_processes, self.topology.process_index = hvd.size(), hvd.rank()
-        if self.settings.device == "gpu":
-            gpus = _require_gpus(1, f"horovod rank {hvd.rank()}")
-            # With every GPU of the node visible, rank i takes GPU i; a launcher
-            # that binds one GPU per task leaves exactly one visible.
-            index = hvd.local_rank() if len(gpus) > 1 else 0
-            if index >= len(gpus):
-                raise DeviceError(
-                    f"horovod local rank {index} has no GPU: this process sees {len(gpus)}"
-                )
-            tf.config.set_visible_devices(gpus[index], "GPU")
-            self.topology.devices = [f"/GPU:0 (physical {gpus[index].name})"]
-        else:
-            self.topology.devices = ["/CPU:0"]
-        if hvd.size() != self.settings.replicas:
-            raise DeviceError(
-                f"horovod was launched with {hvd.size()} ranks but the run asks for "
-                f"{self.settings.replicas} ({self.settings.nodes} nodes x "
-                f"{self.settings.gpus_per_node} per node)"
-            )
-
-    def make_iterator(self, dataset_fn):
-        return iter(dataset_fn(self.hvd.rank(), self.hvd.size(), self.settings.batch_size))
-
-    def wrap_tape(self, tape):
-        # Sum, not Average: each rank's loss is already divided by the global batch.
-        compression = horovod_wire_compression(self.hvd, self.settings)
-        return self.hvd.DistributedGradientTape(tape, op=self.hvd.Sum, compression=compression)
-
-    def after_first_step(self, model, optimizer) -> None:
-        # Horovod's pattern: broadcast after the first step, once the
-        # optimizer has created its slot variables, so every rank continues
-        # from rank 0's exact state.
-        self.hvd.broadcast_variables(_traceable(model.variables), root_rank=0)
-        self.hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
-
-    def gather_rows(self, row: np.ndarray) -> np.ndarray:
-        import tensorflow as tf
-
-        row = np.asarray(row, dtype=np.float64)[None, :]
-        return self.hvd.allgather(tf.constant(row)).numpy()
-
-
-def optimizer_variables(optimizer) -> list:
-    """The optimizer's state (slots, step count), to broadcast.
-
-    `variables` is a method of Keras's legacy optimizers and a property of the
-    new ones. Keras 2.11's LossScaleOptimizerV3 (fp16) inherits a `variables()`
-    that reads a field it never sets (AttributeError '_variables'): there the
-    optimizer it wraps lists the state.
-    """
-
-    def listed(variables):
-        return variables() if callable(variables) else variables
-
-    try:
-        return listed(optimizer.variables)
-    except AttributeError:
-        return listed(optimizer.inner_optimizer.variables)
-
-
-def _traceable(variables: list) -> list:
-    """Variables that can be tf.function arguments, as hvd.broadcast_variables passes them.
-
-    Under mixed precision Keras wraps each float variable in an AutoCastVariable;
-    before Keras 2.12 it has no tracing type, and the broadcast fails ("Python
-    object could not be represented through the generic tracing type", seen on
-    TF 2.11). There the variable it wraps (the same storage) is broadcast instead.
-    The class is asked, not the object: AutoCastVariable hands unknown attributes
-    on to the variable it wraps.
-    """
-    return [
-        v._variable
-        if hasattr(v, "_variable") and not hasattr(type(v), "__tf_tracing_type__")
-        else v
-        for v in variables
-    ]
 
 
 # --------------------------------------------------------------------------
@@ -309,7 +218,7 @@ def local_replica_devices(framework: Framework) -> list[str]:
         configure_host(settings, 1)
         return [d.name for d in tf.config.list_logical_devices("CPU")][:count]
     configure_host(settings, 1)
-    _require_gpus(count, framework.name)
+    require_gpus(count, framework.name)
     return [d.name for d in tf.config.list_logical_devices("GPU")][:count]
 
 
@@ -355,7 +264,7 @@ class MultiWorker(Strategy):
         self.topology.num_processes, self.topology.process_index = workers, resolver.task_id
         configure_host(self.settings, self.settings.processes_per_node())
         if self.settings.device == "gpu":
-            _require_gpus(self.settings.gpus_per_node, f"tf-multiworker worker {resolver.task_id}")
+            require_gpus(self.settings.gpus_per_node, f"tf-multiworker worker {resolver.task_id}")
         choice = self.settings.collective_implementation
         if choice == "auto":
             choice = "nccl" if self.settings.device == "gpu" else "ring"

@@ -1,7 +1,7 @@
 """The TensorFlow frameworks behind the loop's seam (trainscale.harness.backend).
 
-One training step for all four (build_train_step); how each distributes it
-is trainscale.frameworks.tensorflow.strategies.
+One training step for all six (build_train_step); how each distributes it
+is trainscale.frameworks.tensorflow.strategies, .tf_horovod and .parameter_server.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from trainscale.frameworks.tensorflow.parameter_server import ParameterServer
 from trainscale.frameworks.tensorflow.strategies import (
     CentralStorage,
     Framework,
-    Horovod,
     Mirrored,
     MultiWorker,
     SingleDevice,
     create_framework,
-    optimizer_variables,
 )
+from trainscale.frameworks.tensorflow.tf_horovod import Horovod, optimizer_variables
 from trainscale.harness.backend import Backend, horovod_versions
 from trainscale.harness.data import image_dataset, prepare_images, synthetic_dataset
 from trainscale.harness.flops import training_flops_per_image
