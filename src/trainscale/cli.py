@@ -144,9 +144,10 @@ def _predict_parser(commands) -> None:
 def _relabel_parser(commands) -> None:
     p = commands.add_parser(
         "relabel",
-        help="move a study's records filed under knobs their framework does not read",
+        help="move a study's records filed in an old layout to what they measured",
         description="Records written before runs were labelled only by the knobs their "
-        "framework reads (a DeepSpeed knob in a TensorFlow run's folder) move to the path "
+        "framework reads (a DeepSpeed knob in a TensorFlow run's folder), or before a "
+        "folder's knobs were joined by '+' (a comma named no SLURM job), move to the path "
         "of what they measured, with their logs.",
     )
     p.add_argument("folder", help="the study's folder (results/STUDY)")

@@ -12,6 +12,7 @@ from trainscale.study.study import (
     expand_grid,
     job_shape,
     matches,
+    parse_knobs,
     run_settings,
     train_arguments,
 )
@@ -170,18 +171,18 @@ def test_knob_axes_vary_only_the_frameworks_that_read_them():
     # A framework's runs are neither repeated nor labelled by knobs it does not read.
     assert sorted(got) == sorted(
         [
-            f"horovod/vgg16/b64/precision={p},horovod_compression={c}/n1g2r1"
+            f"horovod/vgg16/b64/precision={p}+horovod_compression={c}/n1g2r1"
             for p in ("fp32", "fp16")
             for c in ("none", "fp16")
         ]
         + [
-            f"tf-multiworker/vgg16/b64/precision={p},all_reduce_pack_mb={m}/n1g2r1"
+            f"tf-multiworker/vgg16/b64/precision={p}+all_reduce_pack_mb={m}/n1g2r1"
             for p in ("fp32", "fp16")
             for m in (0, 4)
         ]
         + [f"tf-mirrored/vgg16/b64/precision={p}/n1g2r1" for p in ("fp32", "fp16")]
     )
-    settings = got["tf-multiworker/vgg16/b64/precision=fp16,all_reduce_pack_mb=4/n1g2r1"]
+    settings = got["tf-multiworker/vgg16/b64/precision=fp16+all_reduce_pack_mb=4/n1g2r1"]
     assert (settings.precision, settings.all_reduce_pack_mb) == ("fp16", 4.0)
     assert isinstance(settings.all_reduce_pack_mb, float)  # as `trainscale train` parses it
 
@@ -190,7 +191,7 @@ def test_knob_axes_in_constraints_and_checks():
     config = knob_config(xla=[False, True], horovod_fusion_threshold_mb=[64, 0])
     config["constraints"] = {"exclude": [{"framework": "horovod", "xla": True}]}
     stems = {p.stem() for p in check_config(config)}
-    assert "horovod/vgg16/b64/xla=false,horovod_fusion_threshold_mb=0/n1g2r1" in stems
+    assert "horovod/vgg16/b64/xla=false+horovod_fusion_threshold_mb=0/n1g2r1" in stems
     assert not any(s.startswith("horovod/") and "xla=true" in s for s in stems)
     assert "tf-mirrored/vgg16/b64/xla=true/n1g2r1" in stems
     assert len(stems) == 2 + 2 + 2
@@ -212,9 +213,17 @@ def test_a_record_path_reads_back_as_its_grid_point():
         path = f"results/s/runs/{point.stem()}.json"
         assert GridPoint.from_path(path) == point, path
     back = GridPoint.from_path(
-        "runs/horovod/vgg16/b64/xla=true,horovod_fusion_threshold_mb=0.5/n2g3r2.json"
+        "runs/horovod/vgg16/b64/xla=true+horovod_fusion_threshold_mb=0.5/n2g3r2.json"
     )
     assert back.knobs == (("xla", True), ("horovod_fusion_threshold_mb", 0.5))
+    # A folder written with commas (before issue 31) reads as the same point,
+    # and a value holding a '+' stays whole.
+    old = "runs/horovod/vgg16/b64/xla=true,horovod_fusion_threshold_mb=0.5/n2g3r2.json"
+    assert GridPoint.from_path(old) == back
+    assert parse_knobs("horovod_fusion_threshold_mb=1e+06+xla=true") == [
+        ("horovod_fusion_threshold_mb", "1e+06"),
+        ("xla", "true"),
+    ]
     assert (back.nodes, back.gpus_per_node, back.repeat) == (2, 3, 2)
     for not_a_record in ("runs/horovod/vgg16/n1g1r1.json", "config.yaml", "b64/n1g1r1.json"):
         assert GridPoint.from_path(not_a_record) is None

@@ -17,6 +17,7 @@ from runs import one_per_launch_kind
 
 from trainscale.core.records import is_record_name
 from trainscale.study.registry import framework_spec, label
+from trainscale.study.study import parse_knobs
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("local-study")
@@ -347,14 +348,14 @@ def test_knob_axes_run_as_grid_points_of_their_own(tmp_path):
     assert sorted(records) == sorted(
         [f"tf-single/small_cnn/b16/xla={x}/n1g1r1.json" for x in ("false", "true")]
         + [
-            f"horovod/small_cnn/b16/xla={x},horovod_compression={c}/n1g1r1.json"
+            f"horovod/small_cnn/b16/xla={x}+horovod_compression={c}/n1g1r1.json"
             for x in ("false", "true")
             for c in ("none", "fp16")
         ]
     )
     for path, record in records.items():
         assert record["status"] == "ok", path
-        knobs = dict(pair.split("=") for pair in path.split("/")[3].split(","))
+        knobs = dict(parse_knobs(path.split("/")[3]))
         assert str(record["settings"]["xla"]).lower() == knobs["xla"]
         # A knob the framework does not read was not passed: its default.
         compression = knobs.get("horovod_compression", "none")

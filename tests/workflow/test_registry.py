@@ -136,8 +136,8 @@ def test_each_torch_framework_is_held_against_its_tensorflow_counterpart():
 
 
 def test_cross_ecosystem_pairs_match_the_knobs_both_read_and_the_precision():
-    fp16 = "horovod_compression=fp16,precision=fp16"
-    fp32 = "horovod_compression=none,precision=fp32"
+    fp16 = "horovod_compression=fp16+precision=fp16"
+    fp32 = "horovod_compression=none+precision=fp32"
     combined = _combined(
         [
             row("horovod", 1, 2, 180.0, 2.0, knobs=fp16),

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, load_yaml, snakemake, train_jobs
 
-from trainscale.study.study import check_config
+from trainscale.study.study import check_config, parse_knobs
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("seed004")
@@ -73,7 +73,7 @@ def test_the_accuracy_table_is_the_seeds_three_tables_cell_for_cell(rebuilt):
     assert len(table) == len(cells) == 16
     labels = {"Horovod (PyTorch)": "horovod-torch", "Ray Train": "ray-train"}
     for row in table.itertuples():
-        system = dict(pair.split("=") for pair in row.panel_knobs.split(","))["system"]
+        system = dict(parse_knobs(row.panel_knobs))["system"]
         printed = cells[(labels[row.framework], row.model, row.dataset, system, row.gpus)]
         assert row.training_seconds == float(printed["time"])
         assert row.images_per_sec_mean == float(printed["images"])

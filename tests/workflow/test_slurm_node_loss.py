@@ -69,6 +69,7 @@ def node_loss_study(study: str, train_retries: int) -> dict:
     config["benchmark"].update(data_dir=f"results/{study}/data", blocks=150)
     config["benchmark"]["steps_per_block"] = 20
     config["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
+    config["constraints"] = {}  # the lab study's are about its own grid
     return config
 
 

@@ -179,8 +179,13 @@ OLD_LAYOUT = {
     "runs/torch-ddp/small_cnn/b32/precision=bf16,zero_stage=3/n1g2r1.json": (
         "runs/torch-ddp/small_cnn/b32/precision=bf16/n1g2r1.json"
     ),
-    # Already where it belongs: DeepSpeed reads its ZeRO stage.
-    "runs/deepspeed/small_cnn/b32/precision=bf16,zero_stage=3/n1g2r1.json": None,
+    # DeepSpeed reads its ZeRO stage: only the separator of its folder moves
+    # (a comma named no SLURM job: trainscale.study.study.KNOB_SEPARATOR).
+    "runs/deepspeed/small_cnn/b32/precision=bf16,zero_stage=3/n1g2r1.json": (
+        "runs/deepspeed/small_cnn/b32/precision=bf16+zero_stage=3/n1g2r1.json"
+    ),
+    # Already where it belongs.
+    "runs/deepspeed/small_cnn/b32/precision=fp32+zero_stage=3/n1g2r1.json": None,
 }
 
 
@@ -203,10 +208,10 @@ def test_relabel_moves_records_and_logs_to_the_paths_of_what_they_measured(tmp_p
     folder = old_layout_folder(tmp_path)
     trainscale = [sys.executable, "-m", "trainscale", "relabel", str(folder)]
     dry = subprocess.run([*trainscale, "--dry-run"], capture_output=True, text=True)
-    assert dry.returncode == 0 and "2 would move, 0 kept" in dry.stdout
+    assert dry.returncode == 0 and "3 would move, 0 kept" in dry.stdout
     assert (folder / "runs/tf-single/small_cnn/b32/zero_stage=3/n1g1r1.json").exists()
     done = subprocess.run(trainscale, capture_output=True, text=True)
-    assert done.returncode == 0 and "2 moved, 0 kept" in done.stdout, done.stderr
+    assert done.returncode == 0 and "3 moved, 0 kept" in done.stdout, done.stderr
     for old, new in OLD_LAYOUT.items():
         assert (folder / (new or old)).exists() and (new is None or not (folder / old).exists())
         log = (new or old).replace("runs/", "logs/train/", 1)[:-5] + ".log"
@@ -225,7 +230,7 @@ def test_relabel_keeps_a_record_whose_new_path_is_taken(tmp_path):
     twin.parent.mkdir(parents=True)
     twin.write_text("{}")
     moved, kept = relabel_records(str(folder))
-    assert len(moved) == 2 and len(kept) == 1
+    assert len(moved) == 3 and len(kept) == 1
     assert kept[0][1].endswith("runs/tf-single/small_cnn/b32/n1g1r1.json")
 
 
@@ -237,7 +242,7 @@ def test_a_study_with_mislabelled_records_is_inspected_but_not_run(repo_copy):
     config["study"] = "old"
     config["cluster"] = {"environment_check": "none"}  # this test is not about them
     Path(repo_copy, "old.yaml").write_text(json.dumps(config))
-    warning = "results/old holds 2 record(s) filed under knobs their framework does not read"
+    warning = "results/old holds 3 record(s) filed in an old layout"
     dry = snakemake(repo_copy, "-n", "--configfile", "old.yaml")
     assert dry.returncode == 0 and warning in dry.stdout + dry.stderr, dry.stdout[-2000:]
     real = snakemake(repo_copy, "--cores", "1", "--configfile", "old.yaml")

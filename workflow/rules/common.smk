@@ -180,9 +180,10 @@ def refusals():
     mislabelled = [] if FOLDER.read_only else mislabelled_records(RESULTS)
     if mislabelled:
         found.append(
-            f"results/{STUDY} holds {len(mislabelled)} record(s) filed under knobs "
-            f"their framework does not read (e.g. {mislabelled[0][0]}), which would "
-            f"be measured again; move them with `trainscale relabel results/{STUDY}`"
+            f"results/{STUDY} holds {len(mislabelled)} record(s) filed in an old layout "
+            f"(knobs their framework does not read, or a comma between knobs; e.g. "
+            f"{mislabelled[0][0]}), which would be measured again; move them with "
+            f"`trainscale relabel results/{STUDY}`"
         )
     return [line for line in found if line]
 

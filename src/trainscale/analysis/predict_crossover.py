@@ -21,7 +21,7 @@ import pandas as pd
 from trainscale.analysis.predict import Series
 from trainscale.study.registry import framework_spec, label
 from trainscale.study.settings import reads_setting
-from trainscale.study.study import parse_knobs
+from trainscale.study.study import join_knobs, parse_knobs
 
 
 def _comparable(server: Series, ring: Series) -> bool:
@@ -89,7 +89,9 @@ def crossover_table(fitted: dict, holdout: pd.DataFrame, nodes, gpus_per_node) -
                     "model": server.model,
                     "batch_size": server.batch_size,
                     "servers": server.servers,
-                    "knobs": ",".join(dict.fromkeys(k for k in (server.knobs, ring.knobs) if k)),
+                    "knobs": join_knobs(
+                        {**dict(parse_knobs(ring.knobs)), **dict(parse_knobs(server.knobs))}.items()
+                    ),
                     "fewest_workers": int(n[0] * g[0]),
                     "faster_at_fewest": faster[0],
                     "most_workers": int(n[-1] * g[-1]),

@@ -36,7 +36,7 @@ SETTING_DEFAULTS = {
     if f.default is not dataclasses.MISSING
 }
 
-# `knobs`: the grid's knob axes at a point ('precision=fp16,xla=true'; '' when
+# `knobs`: the grid's knob axes at a point ('precision=fp16+xla=true'; '' when
 # the grid varies none), read from the record's path (trainscale.study.study).
 POINT = [
     "framework",

@@ -43,7 +43,7 @@ AXES = ("framework", "model", "batch_size", "nodes", "gpus_per_node")
 SAFE_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # A record's path below results/{study}/runs/, without .json; `knobs_folder`
 # is '' or, where the point's framework reads knob axes of the grid, a folder
-# naming their values: .../b64/precision=fp16,xla=true/n1g2r1.
+# naming their values: .../b64/precision=fp16+xla=true/n1g2r1.
 RECORD_PATTERN = "{framework}/{model}/b{batch_size}/{knobs_folder}n{nodes}g{gpus_per_node}r{repeat}"
 # Read back by GridPoint.from_path, at the end of any longer path.
 _RECORD_PATH = re.compile(r"([^/]+)/([^/]+)/b(\d+)/(?:([^/]+)/)?n(\d+)g(\d+)r(\d+)\.json$")
@@ -60,14 +60,24 @@ def knob_text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+# Between a folder's knobs: not a comma, which Snakemake 9's --target-jobs
+# parser splits a SLURM job's wildcards on, quoted or not (its
+# target_jobs.py), so a folder of two knobs named no job on the node.
+KNOB_SEPARATOR = "+"
+# Where a folder's knobs part: a separator before a knob's name (a value
+# may hold a '+': 1e+06); a comma too, in folders written before issue 31.
+_KNOB_BOUNDARY = re.compile(r"[+,](?=[A-Za-z_][A-Za-z0-9_]*=)")
+
+
 def join_knobs(pairs) -> str:
-    """[('precision', 'fp16'), ('xla', 'true')] -> 'precision=fp16,xla=true' (a path folder)."""
-    return ",".join(f"{name}={text}" for name, text in pairs)
+    """[('precision', 'fp16'), ('xla', 'true')] -> 'precision=fp16+xla=true' (a path folder)."""
+    return KNOB_SEPARATOR.join(f"{name}={text}" for name, text in pairs)
 
 
 def parse_knobs(knobs: str) -> list[tuple[str, str]]:
-    """'precision=fp16,xla=true' -> [('precision', 'fp16'), ('xla', 'true')]."""
-    return [tuple(pair.split("=", 1)) for pair in knobs.split(",") if pair]
+    """'precision=fp16+xla=true' (or an old folder's 'precision=fp16,xla=true')
+    -> [('precision', 'fp16'), ('xla', 'true')]."""
+    return [tuple(pair.split("=", 1)) for pair in _KNOB_BOUNDARY.split(knobs) if pair]
 
 
 def _knob_value(name: str, text: str):
@@ -93,12 +103,12 @@ class GridPoint:
 
     @property
     def knobs_name(self) -> str:
-        """'precision=fp16,xla=true': the knobs' folder in the record path ('' if none)."""
+        """'precision=fp16+xla=true': the knobs' folder in the record path ('' if none)."""
         return join_knobs((name, knob_text(value)) for name, value in self.knobs)
 
     @property
     def knobs_folder(self) -> str:
-        """'precision=fp16,xla=true/': the record path's knob folder ('' if none)."""
+        """'precision=fp16+xla=true/': the record path's knob folder ('' if none)."""
         return f"{self.knobs_name}/" if self.knobs else ""
 
     def stem(self) -> str:
