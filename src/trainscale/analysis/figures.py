@@ -205,6 +205,8 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
                     label=f"predicted, {gpus_per_node} GPUs/node")  # fmt: skip
             band = (line["low_images_per_sec"], line["high_images_per_sec"])
             ax.fill_between(line["gpus"], *band, color=style["color"], alpha=0.2)
+        if series.servers:  # where it and each comparable all-reduce cross
+            _all_reduce_beside(ax, series, shown, table)
         cells = series.cells
         ax.errorbar([c.gpus for c in cells], [c.images_per_sec for c in cells],
                     yerr=[c.std for c in cells], fmt="o", color="black", markersize=3,
@@ -228,6 +230,25 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
         with atomic_path(path) as tmp:
             fig.savefig(tmp, dpi=150)
     plt.close(fig)
+
+
+def _all_reduce_beside(ax, server, shown, table: pd.DataFrame) -> None:
+    """In a parameter server's panel, the predicted line of each fitted
+    all-reduce series of its workload (trainscale.analysis.predict_crossover)."""
+    from trainscale.analysis.predict_crossover import comparable
+
+    for ring in shown:
+        if ring.servers or not comparable(server, ring):
+            continue
+        part = table[
+            (table["framework"] == ring.framework)
+            & (table["model"] == ring.model)
+            & (table["batch_size"] == ring.batch_size)
+            & (table["knobs"] == ring.knobs)
+        ].sort_values("gpus")
+        ax.plot(part["gpus"], part["predicted_images_per_sec"],
+                **variant_style(ring.framework, 0),
+                label=f"predicted, {framework_label(ring.framework)}")  # fmt: skip
 
 
 def vs_reference(comparison: pd.DataFrame, reference: str, paths: list[str], note=None):

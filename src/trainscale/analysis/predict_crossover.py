@@ -24,7 +24,7 @@ from trainscale.study.settings import reads_setting
 from trainscale.study.study import join_knobs, parse_knobs
 
 
-def _comparable(server: Series, ring: Series) -> bool:
+def comparable(server: Series, ring: Series) -> bool:
     """The same workload, and equal values of every knob both read."""
     if (server.model, server.image_size, server.batch_size) != (
         ring.model,
@@ -69,7 +69,7 @@ def crossover_table(fitted: dict, holdout: pd.DataFrame, nodes, gpus_per_node) -
         if not server.servers:
             continue
         for ring, ring_fit in ok.items():
-            if ring.servers or not _comparable(server, ring):
+            if ring.servers or not comparable(server, ring):
                 continue
             one_node = (
                 framework_spec(server.framework).one_node or framework_spec(ring.framework).one_node
