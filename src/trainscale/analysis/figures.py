@@ -26,6 +26,7 @@ from trainscale.analysis.plotting import (
     variant_style,
     wrapped,
 )
+from trainscale.analysis.predict_series import series_rows
 from trainscale.analysis.tidy import series_label, series_order
 from trainscale.core.records import atomic_path
 from trainscale.study.registry import framework_spec
@@ -192,12 +193,7 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)
     for ax, series in zip(axes.flat, shown, strict=False):
-        part = table[
-            (table["framework"] == series.framework)
-            & (table["model"] == series.model)
-            & (table["batch_size"] == series.batch_size)
-            & (table["knobs"] == series.knobs)
-        ]
+        part = series_rows(table, series)
         for index, (gpus_per_node, line) in enumerate(part.groupby("gpus_per_node")):
             line = line.sort_values("gpus")
             style = variant_style(series.framework, index)
@@ -240,12 +236,7 @@ def _all_reduce_beside(ax, server, shown, table: pd.DataFrame) -> None:
     for ring in shown:
         if ring.servers or not comparable(server, ring):
             continue
-        part = table[
-            (table["framework"] == ring.framework)
-            & (table["model"] == ring.model)
-            & (table["batch_size"] == ring.batch_size)
-            & (table["knobs"] == ring.knobs)
-        ].sort_values("gpus")
+        part = series_rows(table, ring).sort_values("gpus")
         ax.plot(part["gpus"], part["predicted_images_per_sec"],
                 **variant_style(ring.framework, 0),
                 label=f"predicted, {framework_label(ring.framework)}")  # fmt: skip

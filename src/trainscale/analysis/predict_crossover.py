@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from trainscale.analysis.predict import Series
+from trainscale.analysis.predict_series import series_rows
 from trainscale.study.registry import framework_spec, label
 from trainscale.study.settings import reads_setting
 from trainscale.study.study import join_knobs, parse_knobs
@@ -49,13 +50,7 @@ def _workers(nodes, gpus_per_node, one_node: bool) -> list[tuple[int, int]]:
 
 
 def _mape(holdout: pd.DataFrame, series: Series) -> float:
-    key = (series.framework, series.model, series.batch_size, series.knobs)
-    rows = holdout[
-        (holdout["framework"] == key[0])
-        & (holdout["model"] == key[1])
-        & (holdout["batch_size"] == key[2])
-        & (holdout["knobs"].fillna("") == key[3])
-    ]
+    rows = series_rows(holdout, series)
     if "mape_percent" not in rows or rows["mape_percent"].isna().all():
         return np.nan
     return float(rows["mape_percent"].iloc[0])

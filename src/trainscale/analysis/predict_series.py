@@ -109,3 +109,13 @@ def holdout_split(cells) -> tuple[list[Cell], list[Cell], str]:
     limit = max(c.gpus_per_node for c in cells) // 2
     fit = [c for c in cells if c.gpus_per_node <= limit]
     return fit, [c for c in cells if c.gpus_per_node > limit], f"GPUs <= {limit}"
+
+
+def series_rows(frame: pd.DataFrame, series: Series) -> pd.DataFrame:
+    """The rows of a per-series table (predicted, held-out) that are `series`'s."""
+    return frame[
+        (frame["framework"] == series.framework)
+        & (frame["model"] == series.model)
+        & (frame["batch_size"] == series.batch_size)
+        & (frame["knobs"].fillna("") == series.knobs)
+    ]

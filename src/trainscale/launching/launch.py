@@ -83,7 +83,7 @@ def run_role(settings: RunSettings) -> str:
     the launch kind's task order."""
     kind = framework_spec(settings.framework).launch
     roles = kind.roles(settings)
-    if len(roles) == 1:
+    if len(roles) == 1:  # every process runs it: its index is not needed
         return roles[0].runs
     role, _ = kind.role_of(settings, process_index())
     return role.runs

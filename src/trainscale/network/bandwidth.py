@@ -19,6 +19,7 @@ Definitions (NetPIPE's for point to point, nccl-tests' for collectives):
   as n-1 workers send their gradients to one server and read the parameters
   back. The server's link carries 2(n-1)S; its bandwidth is that over the
   time (the step model's parameter-server exchange, trainscale.analysis.predict).
+  Across hosts, the network carries the remote workers' 2rS of it.
 - A size's time is the median of its repetitions: the first repetition pays
   connection set-up and the odd one a scheduler's pause.
 """
@@ -76,10 +77,17 @@ def ping_pong(size: int, round_trips: list[float]) -> dict:
     return {"latency": one_way, "bandwidth": size / one_way}
 
 
-def incast_bandwidth(workers: int, size: int, seconds: list[float]) -> dict:
+def incast_bandwidth(workers: int, remote_workers: int, size: int, seconds: list[float]) -> dict:
     """`workers` ranks each sending `size` bytes to one rank and receiving `size`
-    bytes back, timed `seconds` per repetition: the median time and the
-    bandwidth of the one rank's link (bytes per second)."""
+    bytes back, timed `seconds` per repetition: the median time, the bandwidth
+    of the one rank's link, and of the network's share of it, the
+    `remote_workers` on other hosts (bytes per second)."""
     time = statistics.median(seconds)
     server_bytes = 2 * workers * size
-    return {"seconds": time, "server_bytes": server_bytes, "server_link_bw": server_bytes / time}
+    return {
+        "seconds": time,
+        "server_bytes": server_bytes,
+        "server_link_bw": server_bytes / time,
+        "remote_workers": remote_workers,
+        "network_bw": 2 * remote_workers * size / time,
+    }

@@ -287,7 +287,7 @@ def sweep(ranks, largest: int, repetitions: int) -> dict:
         for size in message_sizes(largest):
             times = ranks.ping_pong(size, repetitions)
             point_to_point.append({"bytes": size, **ping_pong(size, times)} if times else {})
-    collective, incast = [], []
+    collective, incast_times = [], []
     for size in collective_sizes(largest):
         times = ranks.all_reduce(size, repetitions)
         bandwidths = collective_bandwidths("all_reduce", ranks.size, size, times)
@@ -296,18 +296,16 @@ def sweep(ranks, largest: int, repetitions: int) -> dict:
     if ranks.size > 2 and ranks.has_point_to_point:
         ranks.incast(4, 2)  # untimed: each pair's first message
         for size in collective_sizes(largest):
-            times = ranks.incast(size, repetitions)
-            found = incast_bandwidth(ranks.size - 1, size, times) if times else {}
-            incast.append({"bytes": size, **found})
+            incast_times.append((size, ranks.incast(size, repetitions)))
     hosts = ranks.hosts()
     if ranks.rank != 0:
         return {}
     # What crosses the network: the workers on another host than the server's.
     remote = sum(host != hosts[0] for host in hosts[1:])
-    for row in incast:
-        if row.get("seconds"):
-            row["remote_workers"] = remote
-            row["network_bw"] = 2 * remote * row["bytes"] / row["seconds"]
+    incast = [
+        {"bytes": size, **incast_bandwidth(ranks.size - 1, remote, size, times)}
+        for size, times in incast_times
+    ]
     return {
         "backend": ranks.backend,
         "ranks": ranks.size,

@@ -63,10 +63,10 @@ class Role:
     name: str  # as TF_CONFIG's task type names it, or "rank"
     count: int
     # What it runs: "" the training loop (trainscale.harness.training), else
-    # "module:function" that `trainscale train` runs in its place.
+    # "module:function" that `trainscale train` runs in its place. The first
+    # process of the role that runs the loop writes the record (rank 0; tf-ps's
+    # chief), so which role writes it needs no field of its own.
     runs: str = ""
-    # Whether its first process writes the record (the one-role case: rank 0).
-    writes_record: bool = False
     ends_by_itself: bool = True
 
 
@@ -120,13 +120,16 @@ class LaunchKind:
         """The run's processes, role by role: one role of identical ranks,
         the first of which writes the record, unless the kind has roles."""
         per_node = self.processes_per_node(settings.gpus_per_node, settings.device)
-        return (Role("rank", settings.nodes * per_node, writes_record=True),)
+        return (Role("rank", settings.nodes * per_node),)
+
+    def process_count(self, settings) -> int:
+        """How many OS processes the run starts, every role's."""
+        return sum(role.count for role in self.roles(settings))
 
     def tasks_per_node(self, settings) -> int:
         """The most processes one node runs (SLURM's --ntasks-per-node): the
         job's processes spread evenly, the first nodes taking any remainder."""
-        total = sum(role.count for role in self.roles(settings))
-        return -(-total // settings.nodes)
+        return -(-self.process_count(settings) // settings.nodes)
 
     def role_of(self, settings, index: int) -> tuple[Role, int]:
         """The role of the process at `index` in task order, and its index
@@ -150,9 +153,12 @@ class LaunchKind:
         self, settings, train_command: list[str], requested_gpus: int, cpus_per_task: int = 0
     ) -> Plan:
         """The srun step of a grid point inside its SLURM job (trainscale.core.slurm)."""
-        tasks = sum(role.count for role in self.roles(settings))
         srun = slurm.srun_command(
-            settings.nodes, self.tasks_per_node(settings), requested_gpus, cpus_per_task, tasks
+            settings.nodes,
+            self.tasks_per_node(settings),
+            requested_gpus,
+            cpus_per_task,
+            self.process_count(settings),
         )
         options, env = self.slurm_step(settings)
         return [Process([*srun, *options, *train_command], env)]
@@ -340,7 +346,7 @@ def parameter_server_roles(workers: int, servers: int) -> tuple[Role, ...]:
     """A chief that drives the loop and writes the record, then the parameter
     servers, then one worker per replica; the last two serve until it ends."""
     return (
-        Role("chief", 1, writes_record=True),
+        Role("chief", 1),
         Role("ps", servers, runs=SERVE, ends_by_itself=False),
         Role("worker", workers, runs=SERVE, ends_by_itself=False),
     )

@@ -240,7 +240,7 @@ class _RunSettings:
 
     def processes(self) -> int:
         """How many OS processes the run starts, every role's."""
-        return sum(role.count for role in framework_spec(self.framework).launch.roles(self))
+        return framework_spec(self.framework).launch.process_count(self)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

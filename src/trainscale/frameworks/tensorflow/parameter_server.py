@@ -32,7 +32,7 @@ from trainscale.frameworks.tensorflow.strategies import (
 )
 from trainscale.harness.backend import DeviceError
 from trainscale.study.registry import framework_spec
-from trainscale.study.settings import RunOptions, RunSettings, cpu_share
+from trainscale.study.settings import RunOptions, RunSettings
 
 # Variables smaller than this stay whole on one server (the tutorial's choice).
 MIN_SHARD_BYTES = 256 << 10
@@ -95,11 +95,7 @@ def serve(settings: RunSettings, options: RunOptions) -> None:
     resolver = cluster_resolver(settings)
     cluster = resolver.cluster_spec()
     address = cluster.task_address(resolver.task_type, resolver.task_id)
-    if settings.device == "cpu":
-        tf.config.set_visible_devices([], "GPU")
-    threads = cpu_share(processes_here(cluster.as_dict(), address))
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    configure_host(settings, processes_here(cluster.as_dict(), address))
     tf.distribute.Server(
         cluster, job_name=resolver.task_type, task_index=resolver.task_id, start=True
     )
