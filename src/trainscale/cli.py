@@ -350,6 +350,7 @@ def own_log_tail(lines: int = 30) -> str:
 
 
 def _run(settings: RunSettings, options: RunOptions) -> int:
+    from trainscale.core.faults import clear_side_files
     from trainscale.core.records import atomic_write_json, outcome_record, read_record
     from trainscale.core.slurm import in_slurm_job, slurm_job_reason
     from trainscale.launching.launch import launch
@@ -359,6 +360,8 @@ def _run(settings: RunSettings, options: RunOptions) -> int:
         f"g{settings.gpus_per_node}-b{settings.batch_size}.json"
     )
     check_data_files(settings)
+    if options.attempt == 1:  # the grid point's timeline starts with its first attempt
+        clear_side_files(output)
     result = launch(settings, dataclasses.replace(options, output=output))
     code = result.code
     outcome = None

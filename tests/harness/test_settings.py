@@ -136,7 +136,7 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     s = RunSettings(framework="horovod", nodes=2, gpus_per_node=2, dataset="synthetic")
     options = RunOptions("r.json", requested_gpus_per_node=2, requested_cpus_per_task=3)
-    [(argv, env, ends_by_itself)] = process_plan(s, options)
+    [(argv, env, ends_by_itself, _)] = process_plan(s, options)
     # The job's CPUs per task asked for again: srun (SLURM >= 22.05) does
     # not inherit them, and without them a rank gets one CPU and no
     # SLURM_CPUS_PER_TASK to size its threads by.
@@ -153,7 +153,7 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     assert "--mpi=pmix" in argv and argv[argv.index("--expect-cuda-devices") + 1] == "1"
     assert ends_by_itself
     mirrored = RunSettings(framework="tf-mirrored", gpus_per_node=4, dataset="synthetic")
-    [(argv, _, _)] = process_plan(mirrored, RunOptions("r.json", requested_gpus_per_node=4))
+    [(argv, _, _, _)] = process_plan(mirrored, RunOptions("r.json", requested_gpus_per_node=4))
     # One process is a step of its own too (SLURM then marks the step, not
     # the job, OUT_OF_MEMORY), holding all 4 GPUs.
     assert argv[:4] == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1"]
@@ -167,7 +167,7 @@ def test_a_parameter_server_run_is_one_srun_step_of_roles_in_task_order(monkeypa
 
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     s = RunSettings(framework="tf-ps", nodes=2, gpus_per_node=1, ps_servers=2, device="cpu")
-    [(argv, env, _)] = process_plan(s, RunOptions("r.json"))
+    [(argv, env, _, _)] = process_plan(s, RunOptions("r.json"))
     # A chief, 2 servers, 2 workers: 5 tasks, node1 holding 3 (block order).
     assert argv[1:4] == ["--nodes=2", "--ntasks=5", "--ntasks-per-node=3"]
     assert "--distribution=block" in argv and env["GRPC_FAIL_FAST"] == "use_caller"
@@ -188,15 +188,15 @@ def test_a_local_parameter_server_plan_ends_its_servers_when_the_chief_ends():
 
     s = RunSettings(framework="tf-ps", gpus_per_node=2, device="cpu")
     plan = rank_plan(s, ["train"], 0)
-    roles = [json.loads(env["TF_CONFIG"])["task"] for _, env, _ in plan]
+    roles = [json.loads(p.env["TF_CONFIG"])["task"] for p in plan]
     assert roles == [
         {"type": "chief", "index": 0},
         {"type": "ps", "index": 0},
         {"type": "worker", "index": 0},
         {"type": "worker", "index": 1},
     ]
-    assert [ends for _, _, ends in plan] == [True, False, False, False]
-    assert [env["TRAINSCALE_PROCESS"] for _, env, _ in plan] == ["0", "1", "2", "3"]
+    assert [p.ends_by_itself for p in plan] == [True, False, False, False]
+    assert [p.env["TRAINSCALE_PROCESS"] for p in plan] == ["0", "1", "2", "3"]
 
 
 @pytest.mark.parametrize(
@@ -264,6 +264,21 @@ def test_run_plan_ends_the_processes_that_serve_once_the_others_have_ended():
     failing = Process([python, "-c", "raise SystemExit(7)"], {}, ends_by_itself=False)
     waiting = Process([python, "-c", "import time; time.sleep(600)"], {})
     assert run_plan([waiting, failing], timeout=60).code == 7
+
+
+def test_a_process_the_run_does_not_need_may_fail_and_the_run_goes_on():
+    import sys
+
+    from trainscale.launching.launch import run_plan
+    from trainscale.study.launch_kinds import Process
+
+    python = sys.executable
+    # An elastic framework's second agent, lost: the first goes on and ends well.
+    needed = Process([python, "-c", "import time; time.sleep(2)"], {})
+    lost = Process([python, "-c", "raise SystemExit(9)"], {}, required=False)
+    assert run_plan([needed, lost], timeout=60).code == 0
+    # The one the run needs still fails it.
+    assert run_plan([Process([python, "-c", "raise SystemExit(5)"], {}), lost], 60).code == 5
 
 
 def test_a_server_waits_for_the_chief_to_start_and_returns_once_it_has_ended():

@@ -21,8 +21,13 @@ ENDLESS = [
 FIRST_BLOCK = "block 1/100000"
 
 
-# One framework of ranks per launch kind: the launcher ends the others.
-RANKS = [f for f in one_per_launch_kind("torch") if not framework_spec(f).one_device]
+# One framework of ranks per launch kind: the launcher ends the others. An
+# elastic framework survives a lost rank instead (tests/torch/test_elastic.py).
+RANKS = [
+    f
+    for f in one_per_launch_kind("torch")
+    if not framework_spec(f).one_device and not framework_spec(f).elastic
+]
 
 
 @pytest.mark.parametrize("framework", RANKS)

@@ -21,13 +21,13 @@ from trainscale.study.registry import table_order  # noqa: E402
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 # seaborn's colorblind palette has pink, grey, yellow and light blue last,
 # too faint for a line on white: their dark versions take their places; then
-# black and a dark olive, so that 12 frameworks have 12 colours.
+# black, a dark olive and a dark purple, so that 13 frameworks have 13 colours.
 PALETTE = (
     sns.color_palette("colorblind", n_colors=6)
     + sns.color_palette("dark")[6:10]
-    + [(0.0, 0.0, 0.0), (0.4, 0.4, 0.0)]
+    + [(0.0, 0.0, 0.0), (0.4, 0.4, 0.0), (0.35, 0.0, 0.45)]
 )
-MARKERS = "osD^vP*Xhp<>"
+MARKERS = "osD^vP*Xhp<>d"
 # A framework's lines that differ by something else (hosts, GPUs, a knob of
 # its own, measured vs reference) differ by line style, then by an open marker.
 LINESTYLES = ("-", "--", ":", "-.")

@@ -168,6 +168,17 @@ class Backend:
         (trainscale.analysis.predict), sharded or not."""
         raise NotImplementedError
 
+    # -- elastic frameworks (FrameworkSpec.elastic; trainscale.core.faults) ----
+
+    def save_state(self, path: str, steps: int) -> None:
+        """Save the training state after `steps` timed steps (the chief calls it)."""
+        raise NotImplementedError
+
+    def restore_state(self, path: str) -> int:
+        """Load the state `path` holds, if any, and skip the data it had
+        trained on; return the timed steps it had done (0: none saved)."""
+        return 0
+
     def framework_config(self) -> dict:
         """What the framework was configured with beyond the settings (DeepSpeed's
         config), for the record; {} when nothing."""

@@ -10,6 +10,7 @@ import contextlib
 import os
 import socket
 import sys
+import time
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from trainscale.core.gpu_monitor import GpuMonitor, combine, nvml_monitor
 from trainscale.core.timing import BlockBudget, BlockTimes, Stopwatch
 from trainscale.harness.backend import Backend, require_cuda_devices
 from trainscale.harness.flops import utilisation
+from trainscale.harness.run_events import RunEvents
 from trainscale.study.settings import RunOptions, RunSettings
 
 
@@ -86,17 +88,22 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
     """
     options = options or RunOptions()
     clock = Stopwatch()
-    started_at = records.utc_now()
+    started_at, created = records.utc_now(), time.time() - process_age()
     if options.expect_cuda_devices:
         require_cuda_devices(options.expect_cuda_devices)
     backend = backend_class(settings, options)
+    events = None
     try:
         backend.prepare()
+        events = RunEvents(backend, options.output, created)
         initial_weights = backend.trainable_weights() if options.save_weights else None
         if settings.mode == "accuracy":
             backend.compile_untouched()
         else:
-            loss_value = _warm_up(backend)
+            # An elastic framework's restart goes on from its saved state,
+            # with no warm-up: what it costs is the recovery's.
+            first_step = events.restore()
+            loss_value = float("nan") if first_step else _warm_up(backend, events)
         timing = {
             "startup_seconds": clock.elapsed(),
             "seconds_to_first_timed_step": process_age(),
@@ -105,7 +112,7 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         if settings.mode == "accuracy":
             blocks, measured = _epochs(backend)
         else:
-            blocks, loss_value = _timed_blocks(backend, loss_value)
+            blocks, loss_value = _timed_blocks(backend, loss_value, events, first_step)
             measured = {"final_loss": loss_value}
         gpu = monitor.stop() if isinstance(monitor, GpuMonitor) else monitor
         # Before the weights are gathered (a sharded framework's whole weights
@@ -116,10 +123,15 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
     except backend.out_of_memory_errors as err:
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise OutOfMemory(first_line) from err
+    except Exception as err:
+        if events:
+            events.failed(err)
+        raise
     processes = backend.gather_json(description)
     if not backend.topology.is_chief:
         backend.close()
         return None
+    measured.update(events.summary())
     record = _record(backend, blocks, processes, {**timing, **measured}, started_at)
     if options.output:
         records.atomic_write_json(options.output, record)
@@ -139,7 +151,7 @@ def _who(settings: RunSettings) -> str:
     return f"{settings.framework} {settings.model} {settings.replicas} replica(s)"
 
 
-def _warm_up(backend: Backend) -> float:
+def _warm_up(backend: Backend, events: RunEvents) -> float:
     """The untimed steps: tracing or compiling, and Horovod-TF's broadcast after step 1."""
     settings = backend.settings
     if backend.topology.is_chief:
@@ -149,13 +161,17 @@ def _warm_up(backend: Backend) -> float:
         last = step == settings.warmup_steps - 1
         with backend.observe_collectives() if last else contextlib.nullcontext():
             loss = backend.step()
+        events.after_step(loss, 0)
         if step == 0:
             backend.after_first_step()
     return backend.read_loss(loss)
 
 
-def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, float]:
-    """Time blocks of steps until `blocks` or the time budget; returns them and the loss."""
+def _timed_blocks(
+    backend: Backend, loss_value: float, events: RunEvents, first_step: int = 0
+) -> tuple[BlockTimes, float]:
+    """Time blocks of steps until `blocks` or the time budget, from the block
+    of `first_step` (a restart's); returns them and the loss."""
     settings, topology = backend.settings, backend.topology
     blocks = BlockTimes(
         images_per_block=settings.batch_size
@@ -165,10 +181,13 @@ def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, floa
         steps_per_block=settings.steps_per_block,
     )
     budget = BlockBudget(settings.blocks, settings.time_budget_seconds)
-    for block in range(settings.blocks):
+    events.timed_start(first_step)
+    for block in range(first_step // settings.steps_per_block, settings.blocks):
         block_clock = Stopwatch()
-        for _ in range(settings.steps_per_block):
+        for step in range(block * settings.steps_per_block, (block + 1) * settings.steps_per_block):
+            events.before_step(step)
             loss = backend.step()
+            events.after_step(loss, step + 1)
         # Reading the loss waits for the last step: the device sync that ends
         # the block. Nothing else leaves the device inside the timed region.
         loss_value = backend.read_loss(loss)
@@ -176,6 +195,8 @@ def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, floa
         # Outside the timed region: every process's rate, loss share and seconds.
         gathered = backend.gather_rows(np.array([blocks.local_rate(seconds), loss_value, seconds]))
         total = blocks.add(seconds, gathered[:, 0])
+        images = round(float((gathered[:, 0] * gathered[:, 2]).sum()))
+        events.block_done(block, (block + 1) * settings.steps_per_block, images, seconds)
         if not backend.loss_is_global:
             loss_value = float(gathered[:, 1].sum())
         if topology.is_chief:
@@ -185,7 +206,7 @@ def _timed_blocks(backend: Backend, loss_value: float) -> tuple[BlockTimes, floa
                 f"{seconds / settings.steps_per_block * 1000:.1f} ms/step, "
                 f"loss {loss_value:.4f}"
             )
-        if budget.done_after(float(gathered[:, 2].max())):
+        if budget.done_after(float(gathered[:, 2].max())) and events.bounded_by_time:
             break
     return blocks, loss_value
 

@@ -133,10 +133,10 @@ def run_plan(plan: Plan, timeout: float) -> LaunchResult:
     if in_main_thread:
         previous_handler = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     try:
-        for argv, extra_env, _ in plan:
+        for process in plan:
             proc = subprocess.Popen(
-                argv,
-                env={**os.environ, **extra_env},
+                process.argv,
+                env={**os.environ, **process.env},
                 stderr=subprocess.PIPE,
                 text=True,
                 errors="replace",
@@ -146,19 +146,22 @@ def run_plan(plan: Plan, timeout: float) -> LaunchResult:
             relay.start()
             relays.append(relay)
         # A process that serves until it is ended (a parameter server) is
-        # ended once every process that ends by itself has ended.
+        # ended once every process that ends by itself has ended; one the run
+        # does not need (an elastic framework's other agents) may fail.
         ending = [process.ends_by_itself for process in plan]
+        required = [process.required for process in plan]
         while True:
             codes = [proc.poll() for proc in processes]
             tree.update(processes)
-            failed = [code for code in codes if code not in (None, 0)]
+            failed = [c for c, needed in zip(codes, required) if needed and c not in (None, 0)]
             if terminated.is_set():
                 return finish(failed[0] if failed else -signal.SIGTERM)
             if failed:
                 # The same SIGTERM may have reached a child first; let ours land.
                 terminated.wait(0.5)
                 return finish(failed[0])
-            if all(code == 0 for code, ends in zip(codes, ending) if ends):
+            ended = [c is not None and (c == 0 or not needed) for c, needed in zip(codes, required)]
+            if all(done for done, ends in zip(ended, ending) if ends):
                 return finish(0)
             if timeout and time.monotonic() - start > timeout:
                 return finish(-1, timed_out=True)

@@ -29,6 +29,7 @@ from trainscale.study.launch_kinds import (
     PARAMETER_SERVERS,
     RAY,
     TORCHRUN,
+    TORCHRUN_ELASTIC,
     LaunchKind,
 )
 from trainscale.study.traffic import (
@@ -105,6 +106,10 @@ class FrameworkSpec:
     # for the others (a parameter server's workers): its label says so, and
     # its runs are not the same numbers twice.
     asynchronous: bool = False
+    # Whether a lost process is survived: the run saves its training state
+    # (ELASTIC_KNOBS) and goes on from it, on the processes left or restarted
+    # (trainscale.core.faults measures what that costs).
+    elastic: bool = False
 
 
 HOROVOD_KNOBS = (
@@ -179,6 +184,21 @@ DDP_KNOBS = (
         choices=("none", "fp16"),
         axis=True,
         group="communication",
+    ),
+)
+
+
+ELASTIC_KNOBS = (
+    Setting(
+        "checkpoint_blocks",
+        int,
+        1,
+        "elastic frameworks: save the training state after every N timed blocks "
+        "(what a restart goes on from)",
+        minimum=1,
+        axis=True,
+        group="faults",
+        metavar="N",
     ),
 )
 
@@ -315,6 +335,22 @@ REGISTRY = (
         knobs=DDP_KNOBS,
         compared_with="horovod",
         traffic=all_reduce_traffic("ddp_compression"),
+    ),
+    FrameworkSpec(
+        "torch-elastic",
+        "PyTorch DDP (torchrun elastic)",
+        "torch",
+        "torch_env",
+        TORCHRUN_ELASTIC,
+        backend="trainscale.frameworks.torch.torch_elastic:ElasticDistributedDataParallel",
+        requires="torch",
+        example="torch_elastic.py",
+        # DDP's step: DDP's knobs are its knobs too.
+        knobs=(*DDP_KNOBS, *ELASTIC_KNOBS),
+        compared_with="horovod",
+        concept_evidence=(("elastic restart", ("save", "load")),),
+        traffic=all_reduce_traffic("ddp_compression"),
+        elastic=True,
     ),
     FrameworkSpec(
         "ray-train",

@@ -19,6 +19,7 @@ import json
 import os
 
 from trainscale.core.datasets import DATASETS
+from trainscale.core.faults import FAULT_FORMS, NO_FAULT, check_fault
 from trainscale.core.setting import REQUIRED, Setting, SettingsError
 from trainscale.study.registry import (
     FRAMEWORKS,
@@ -135,6 +136,11 @@ SETTINGS = (
             check=lambda s: "--warmup-epochs needs --lr-scaling linear or sqrt: with none "
             "there is nothing to warm up to" if s.warmup_epochs and s.lr_scaling == "none"
             else ""),
+    # The same fault for every framework of a study (trainscale.core.faults).
+    Setting("fault", str, NO_FAULT, "a fault injected once per grid point, the same for "
+            f"every framework: {FAULT_FORMS}; with one, every block is timed "
+            "(no time budget)", group="faults", axis=True, pattern="^[a-z0-9.-]+$",
+            metavar="FAULT", check=check_fault),
     Setting("seed", int, 1234, "weights, data order, augmentation",
             minimum=0, group="measurement"),
     Setting("optimizer", str, "adam", "adam or sgd", choices=("adam", "sgd")),

@@ -71,6 +71,15 @@ class TorchBackend(Backend):
             self.scaler.step(self.optimizer)
             self.scaler.update()
 
+    def check_world_size(self, ranks: int) -> None:
+        """Refuse a world that is not the run's (an elastic one may have shrunk)."""
+        s = self.settings
+        if ranks != s.replicas:
+            raise DeviceError(
+                f"{s.framework} was launched with {ranks} ranks but the "
+                f"run asks for {s.replicas} ({s.nodes} nodes x {s.gpus_per_node} per node)"
+            )
+
     # Each rank's loss is multiplied by this before backward (see the docstring).
     gradient_scale = 1.0
     # Whether torch.autocast applies --precision (else the framework casts).
@@ -87,11 +96,7 @@ class TorchBackend(Backend):
         s = self.settings
         self.out_of_memory_errors = (torch.cuda.OutOfMemoryError, MemoryError)
         self._take_device(processes_on_node=self.connect())
-        if self.topology.num_processes != s.replicas:
-            raise DeviceError(
-                f"{s.framework} was launched with {self.topology.num_processes} ranks but the "
-                f"run asks for {s.replicas} ({s.nodes} nodes x {s.gpus_per_node} per node)"
-            )
+        self.check_world_size(self.topology.num_processes)
         torch.manual_seed(s.seed)  # the same initial weights in every process
         self.memory_format = torch.channels_last if s.channels_last else torch.contiguous_format
         module = build_torch_model(s.model, s.image_size, s.num_classes, s.input_channels)

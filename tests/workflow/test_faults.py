@@ -1,0 +1,74 @@
+"""A fault's declaration and what a timeline says it cost (trainscale.core.faults),
+on timelines written here; tests/torch/test_elastic.py writes real ones."""
+
+import pytest
+
+from trainscale.core.faults import Fault, parse_fault, recovery_summary
+from trainscale.study.settings import RunSettings, SettingsError, validate
+
+
+def test_a_fault_is_parsed_from_its_one_line_form():
+    assert parse_fault("none") is None
+    assert parse_fault("kill-rank1-step40") == Fault("kill", "rank", 1, 40, None)
+    assert parse_fault("stop-node0-at2.5s-for10s") == Fault("stop", "node", 0, None, 2.5, 10.0)
+    for wrong in ("kill-rank1", "stop-rank1-step4", "kill-rank1-step4-for2s", "crash-rank1-step4"):
+        with pytest.raises(ValueError):
+            parse_fault(wrong)
+
+
+def test_a_fault_outside_the_run_is_refused_naming_the_flag():
+    base = dict(framework="torch-ddp", gpus_per_node=2, dataset="synthetic", device="cpu")
+    validate(RunSettings(**base, fault="kill-rank1-step4"), check_data=False)
+    with pytest.raises(SettingsError, match="--fault kill-rank2-step4: the run has ranks 0 to 1"):
+        validate(RunSettings(**base, fault="kill-rank2-step4"), check_data=False)
+    with pytest.raises(SettingsError, match="--fault"):
+        validate(RunSettings(**base, fault="kill-everything"), check_data=False)
+
+
+def event(name, time, **fields):
+    return {"event": name, "time": time, "process": 0, **fields}
+
+
+def test_recovery_goodput_and_work_lost_from_a_timeline():
+    events = [
+        event("timed_start", 10.0, step=0, world_size=2),
+        event("block_done", 11.0, block=0, step=5, images=80, seconds=1.0, world_size=2),
+        event("checkpoint", 11.1, step=5, seconds=0.1),
+        event("fault_injected", 11.5, step=7, world_size=2),
+        event("detected", 11.6, how="RuntimeError: lost peer"),
+        event("start", 13.0, world_size=1),
+        event("restored", 14.0, step=5, world_size=1),
+        event("timed_start", 14.0, step=5, world_size=1),
+        event("resumed", 14.5, step=6, world_size=1),
+        event("block_done", 16.0, block=1, step=10, images=40, seconds=2.0, world_size=1),
+    ]
+    summary = recovery_summary(events)
+    assert summary["detection_seconds"] == pytest.approx(0.1)
+    assert summary["detected_by"] == "RuntimeError: lost peer"
+    assert summary["restart_seconds"] == pytest.approx(1.5)
+    assert summary["recovery_seconds"] == pytest.approx(3.0)
+    assert summary["steps_redone"] == 2
+    assert (summary["world_size_before"], summary["world_size_after"]) == (2, 1)
+    # 120 images that count, over 6 s from the first timed step to the last block.
+    assert summary["goodput_images_per_sec"] == pytest.approx(20.0)
+    assert [w["world_size"] for w in summary["world_sizes"]] == [2, 1]
+    assert summary["checkpoint_seconds"] == pytest.approx(0.1)
+
+
+def test_a_block_trained_twice_counts_once():
+    events = [
+        event("timed_start", 0.0, step=0, world_size=2),
+        event("block_done", 1.0, block=0, step=5, images=80, seconds=1.0, world_size=2),
+        event("block_done", 2.0, block=1, step=10, images=80, seconds=1.0, world_size=2),
+        event("fault_injected", 2.5, step=12, world_size=2),
+        event("start", 3.0, world_size=2),
+        event("restored", 4.0, step=0, world_size=2),
+        event("timed_start", 4.0, step=0, world_size=2),
+        event("block_done", 5.0, block=0, step=5, images=80, seconds=1.0, world_size=2),
+        event("block_done", 6.0, block=1, step=10, images=80, seconds=1.0, world_size=2),
+    ]
+    summary = recovery_summary(events)
+    assert summary["images_counted"] == 160 and summary["images_trained"] == 320
+    assert summary["steps_redone"] == 12
+    assert summary["goodput_images_per_sec"] == pytest.approx(160 / 6)
+    assert summary["recovery_seconds"] is None  # no step completed after was noted
