@@ -360,4 +360,6 @@ def test_concurrent_runs_on_one_machine_do_not_collide(tmp_path, cifar_dir):
         assert proc.returncode == 0, stderr[-3000:]
         record = load_json(output)
         assert record["status"] == "ok" and record["replicas"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(o.name for o, _ in runs)
+    # Each run's record and its own timeline (trainscale.core.faults), nothing else.
+    expected = [name for o, _ in runs for name in (o.name, f"{o.name}.timeline.jsonl")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)

@@ -88,5 +88,6 @@ def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path, 
     left = set(os.listdir(temp)) - {f"torchinductor_{getpass.getuser()}"}
     assert left == set() and sorted(os.listdir(home)) == []
     assert _links_into(tmp_path) == []  # Ray's short link, removed
-    assert sorted(os.listdir(runs)) == ["ray.json"]
+    # The record and its timeline (trainscale.core.faults), nothing else.
+    assert sorted(os.listdir(runs)) == ["ray.json", "ray.json.timeline.jsonl"]
     assert _marked(mark) == []
