@@ -14,6 +14,7 @@ import pytest
 from conftest import copy_repository, local_study, snakemake
 
 from trainscale.core.accuracy import learning_rate, time_to_target
+from trainscale.core.records import record_paths
 
 pytestmark = pytest.mark.xdist_group("accuracy-study")
 
@@ -54,11 +55,10 @@ def study(tmp_path_factory):
 
 
 def _records(folder):
-    runs = os.path.join(folder, "runs")
-    for root, _, names in os.walk(runs):
-        for name in names:
-            with open(os.path.join(root, name)) as handle:
-                yield json.load(handle)
+    # The records, not their timelines beside them (trainscale.core.faults).
+    for path in record_paths(os.path.join(folder, "runs")):
+        with open(path) as handle:
+            yield json.load(handle)
 
 
 @pytest.mark.slow
