@@ -33,6 +33,7 @@ include: "workflow/rules/figures.smk"
 include: "workflow/rules/predict.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/accuracy.smk"
+include: "workflow/rules/recovery.smk"
 
 
 onstart:

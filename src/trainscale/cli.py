@@ -259,12 +259,8 @@ def _require(framework: str) -> None:
         )
 
 
-# Exit code of a process that ran out of memory; `run` turns it into a record.
-EXIT_OOM = 3
-
-
 def _train(settings: RunSettings, options: RunOptions) -> int:
-    from trainscale.core.supervision import mark_first_to_die
+    from trainscale.core.supervision import EXIT_OOM, OWN_OOM_SIGN, mark_first_to_die
     from trainscale.frameworks import backend_class
     from trainscale.harness.training import OutOfMemory, train
     from trainscale.launching.launch import run_role
@@ -291,7 +287,7 @@ def _train(settings: RunSettings, options: RunOptions) -> int:
         # Running out of memory is a result of this grid point, not a crash.
         # The launcher reads this line (from any rank) and writes the record.
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print(f"trainscale train: out of memory: {first_line}", file=sys.stderr)
+        print(f"{OWN_OOM_SIGN} {first_line}", file=sys.stderr)
         return EXIT_OOM
     return 0
 

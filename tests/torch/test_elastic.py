@@ -18,9 +18,8 @@ RUN = [
     "--model", "small_cnn", "--dataset", "synthetic", "--image-size", "32", "--device", "cpu",
     "--gpus-per-node", "2", "--batch-size", "8", "--warmup-steps", "2", "--blocks", "6",
     "--steps-per-block", "5",
-    # torchrun 2.13's restarted rendezvous hung in init_process_group in 1 of
-    # 6 plain torchrun runs on 2 cores (no trainscale code): a short timeout
-    # fails such an attempt, and the agents restart again.
+    # A stalled attempt fails in 20 s, not 300 (none stalled in 16 runs once
+    # the rendezvous had a store per round: trainscale.study.elastic_kinds).
     "--collective-timeout", "20",
 ]  # fmt: skip
 IMAGES = 6 * 5 * 8 * 2  # every block once, at 2 ranks
@@ -36,13 +35,19 @@ def run(tmp_path, framework, fault, name, *extra, check=True):
 def check_timing(recovery):
     # A survivor notices first, a new process starts, then a step completes.
     assert 0 < recovery["detection_seconds"] <= recovery["restart_seconds"]
-    assert recovery["restart_seconds"] < recovery["recovery_seconds"] < 120
+    assert recovery["restart_seconds"] < recovery["recovery_seconds"] < 60
 
 
-def test_a_lost_rank_is_restarted_and_trains_what_an_unbroken_run_trains(tmp_path):
-    unbroken, _ = run(tmp_path, "torch-elastic", "none", "unbroken")
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory):
+    """torch-elastic's record without a fault: what a restored run must match."""
+    output, _ = run(tmp_path_factory.mktemp("unbroken"), "torch-elastic", "none", "unbroken")
+    return load_json(output)
+
+
+def test_a_lost_rank_is_restarted_and_trains_what_an_unbroken_run_trains(tmp_path, unbroken):
     broken, _ = run(tmp_path, "torch-elastic", "kill-rank1-step12", "broken")
-    clean, record = load_json(unbroken), load_json(broken)
+    clean, record = unbroken, load_json(broken)
     recovery = record["recovery"]
     print({k: v for k, v in recovery.items() if k != "world_sizes"})
     assert recovery["fault_injected"] and recovery["fault_step"] == 12
@@ -95,3 +100,36 @@ def test_a_stopped_rank_holds_the_others_and_costs_its_time(tmp_path):
     # The block it was stopped in: 80 images in over 3 s.
     assert min(point["images_per_sec"] for point in record["timeline"]) < 80 / 3
     assert recovery["restart_seconds"] is None  # nothing restarted
+
+
+def test_ray_train_restarts_its_workers_from_the_checkpoint_it_reported(tmp_path, unbroken):
+    # FailureConfig(max_failures=1): Ray's controller restarts the worker
+    # group, and each worker goes on from ray.train.get_checkpoint().
+    output, _ = run(tmp_path, "ray-train", "kill-rank1-step12", "ray", "--ray-max-failures", "1")
+    record = load_json(output)
+    recovery = record["recovery"]
+    print({k: v for k, v in recovery.items() if k != "world_sizes"})
+    # From the last checkpoint Ray's controller had registered: step 10's
+    # report (about 1 s each here) may not have been when the rank died.
+    assert recovery["steps_redone"] in (2, 7) and recovery["world_size_after"] == 2
+    check_timing(recovery)
+    # Ray's workers run torch-ddp's step, as torch-elastic's ranks do: restored
+    # through Ray's checkpoint, the same training to the bit.
+    assert record["final_loss"] == unbroken["final_loss"]
+    assert record["framework_config"]["max_failures"] == 1
+
+
+def test_horovod_elastic_goes_on_without_the_lost_host_in_its_own_processes(tmp_path):
+    # The failed rank's host (one of the machine's two names) is blacklisted:
+    # the survivor restores its last commit in memory and trains alone.
+    output, _ = run(tmp_path, "horovod-torch-elastic", "kill-rank1-step12", "horovod")
+    record = load_json(output)
+    recovery = record["recovery"]
+    print({k: v for k, v in recovery.items() if k != "world_sizes"})
+    assert recovery["detected_by"] == "HorovodInternalError"
+    assert recovery["steps_redone"] == 2
+    assert (recovery["world_size_before"], recovery["world_size_after"]) == (2, 1)
+    assert record["replicas"] == record["processes"] == 1
+    assert recovery["images_counted"] == (2 * 2 + 4 * 1) * 5 * 8
+    # Nothing restarted: recovery is a reset of the processes that were there.
+    assert 0 < recovery["detection_seconds"] < recovery["recovery_seconds"] < 120

@@ -72,3 +72,50 @@ def test_a_block_trained_twice_counts_once():
     assert summary["steps_redone"] == 12
     assert summary["goodput_images_per_sec"] == pytest.approx(160 / 6)
     assert summary["recovery_seconds"] is None  # no step completed after was noted
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("faults-study")
+def test_the_fault_demo_measures_recovery_and_prices_failures(tmp_path):
+    """profiles/local/faults.yaml through local Snakemake, for real: torch-elastic
+    survives a lost rank and a lost node; torch-ddp fails, and the workflow's
+    retry starts it over."""
+    import math
+    import os
+
+    import pandas as pd
+    from conftest import copy_repository, snakemake
+
+    repo = copy_repository(str(tmp_path / "repo"))
+    args = ["--profile", "profiles/local", "--configfile", "profiles/local/faults.yaml"]
+    result = snakemake(repo, *args, timeout=1500)
+    assert result.returncode == 0, result.stderr[-4000:]
+    folder = os.path.join(repo, "results", "faults-demo")
+    rows = pd.read_csv(os.path.join(folder, "tables", "recovery.csv"))
+    print(rows.drop(columns="record").to_string())
+    got = {(r.framework, r.fault): r for r in rows.itertuples()}
+    assert len(got) == len(rows) == 5
+    rank = got["torch-elastic", "kill-rank1-step12"]
+    node = got["torch-elastic", "kill-node1-step12"]
+    ddp = got["torch-ddp", "kill-rank1-step12"]
+    assert rank.steps_redone == node.steps_redone == 2 and ddp.steps_redone == 12
+    assert (rank.world, node.world, ddp.world) == ("2", "2 → 1", "2")
+    for row in (rank, node, ddp):
+        assert 0 < row.detection_seconds < row.restart_seconds < row.recovery_seconds
+        assert row.goodput_of_no_fault < 1
+    assert got["torch-ddp", "none"].goodput_of_no_fault == 1
+    goodput = pd.read_csv(os.path.join(folder, "tables", "goodput.csv"))
+    assert len(goodput) == 3 * 3  # each faulted run at each failure rate
+    for row in goodput.itertuples():
+        if row.framework == "torch-ddp":  # starts over: a 1 h job's expected time
+            work = 3600
+            expected = work / ((row.mtbf_minutes * 60 + row.recovery_cost_seconds)
+                               * math.expm1(work / (row.mtbf_minutes * 60)))  # fmt: skip
+            assert row.goodput_fraction == pytest.approx(expected)
+            assert math.isnan(row.young_interval_seconds)
+        else:
+            young = math.sqrt(2 * row.checkpoint_seconds * row.mtbf_minutes * 60)
+            assert row.young_interval_seconds == pytest.approx(young)
+        assert 0 <= row.goodput_fraction <= 1
+    for ext in ("png", "pdf"):
+        assert os.path.getsize(os.path.join(folder, "figures", f"recovery_timeline.{ext}")) > 0

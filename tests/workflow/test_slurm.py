@@ -90,6 +90,8 @@ EXPECTED = {
     "ray-train/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
     # One torchrun agent per node; the rendezvous ranks the agents as they join.
     "torch-elastic/small_cnn/b16/n2g2r1.json": (["node1", "node1", "node2", "node2"], 4),
+    # Horovod's elastic driver, one task of one node.
+    "horovod-torch-elastic/small_cnn/b16/n1g2r1.json": (["node?", "node?"], 2),
     # The chief runs the loop; its record names every role's host.
     "tf-ps/small_cnn/b16/n2g1r1.json": (["node1"], 2),
 }

@@ -378,6 +378,18 @@ def accuracy_files():
     return tables, outputs.figure_files(RESULTS, [outputs.ACCURACY])
 
 
+# A study whose grid injects a fault (trainscale.core.faults) measures recovery.
+FAULTED = any(run_settings(config, p).fault != "none" for p in RUNNABLE)
+
+
+def recovery_files():
+    """(tables, figures) of what the faults cost; none without a fault."""
+    if not FAULTED:
+        return [], []
+    tables = outputs.table_files(RESULTS, [outputs.RECOVERY, outputs.GOODPUT])
+    return tables, outputs.figure_files(RESULTS, [outputs.RECOVERY_TIMELINE])
+
+
 def all_outputs():
     # The records are targets themselves: Snakemake does not rebuild a missing
     # intermediate file whose consumers are up to date, and a deleted record
@@ -397,6 +409,8 @@ def all_outputs():
         *accuracy_files()[0],
         *accuracy_files()[1],
         *network_outputs(),
+        *recovery_files()[0],
+        *recovery_files()[1],
     ]
 
 

@@ -47,11 +47,12 @@ rule train:
         options=lambda wildcards: train_arguments(config, point_of(wildcards)),
         gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
         timeout=config["benchmark"]["timeout_seconds"],
+        collective_timeout=config["benchmark"]["collective_timeout_seconds"],
         # On the last attempt a failure is recorded (status failed, with the
         # log's tail) so that collect, tables and figures go on without it.
         attempts=TRAIN_RETRIES + 1,
     shell:
-        "exec > {log} 2>&1; {params.node_check}{params.network}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record}"
+        "exec > {log} 2>&1; {params.node_check}{params.network}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --collective-timeout {params.collective_timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record}"
 
 
 rule write_digits:

@@ -35,6 +35,8 @@ PREDICTED_VS_PROBE = "predicted_vs_probe"
 ACCURACY, RANKS = "accuracy", "ranks"
 # network_report.write_network: a table and a figure
 NETWORK = "network"
+# recovery_report.write_recovery (a study with a fault): two tables and a figure
+RECOVERY, GOODPUT, RECOVERY_TIMELINE = "recovery", "goodput", "recovery_timeline"
 
 
 def study_tables(reference: bool) -> list[str]:

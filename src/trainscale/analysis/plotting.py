@@ -21,13 +21,13 @@ from trainscale.study.registry import table_order  # noqa: E402
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 # seaborn's colorblind palette has pink, grey, yellow and light blue last,
 # too faint for a line on white: their dark versions take their places; then
-# black, a dark olive and a dark purple, so that 13 frameworks have 13 colours.
+# black, a dark olive, a dark purple and a dark teal: 14 frameworks, 14 colours.
 PALETTE = (
     sns.color_palette("colorblind", n_colors=6)
     + sns.color_palette("dark")[6:10]
-    + [(0.0, 0.0, 0.0), (0.4, 0.4, 0.0), (0.35, 0.0, 0.45)]
+    + [(0.0, 0.0, 0.0), (0.4, 0.4, 0.0), (0.35, 0.0, 0.45), (0.0, 0.3, 0.3)]
 )
-MARKERS = "osD^vP*Xhp<>d"
+MARKERS = "osD^vP*Xhp<>dH"
 # A framework's lines that differ by something else (hosts, GPUs, a knob of
 # its own, measured vs reference) differ by line style, then by an open marker.
 LINESTYLES = ("-", "--", ":", "-.")

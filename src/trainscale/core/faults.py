@@ -240,11 +240,14 @@ def recovery_summary(events: list[dict]) -> dict:
         "checkpoint_seconds": (
             sum(e["seconds"] for e in checkpoints) / len(checkpoints) if checkpoints else None
         ),
+        # The wall time between checkpoints, restarts aside (Young's tau).
+        "checkpoint_interval_seconds": _median_gap([e["time"] for e in checkpoints]),
     }
     fault = next((e for e in events if e["event"] == "fault_injected"), None)
     if fault is None:
         return {**summary, "fault_injected": False}
     at = fault["time"]
+    origin = next((e["time"] for e in events if e["event"] == "timed_start"), at)
     seen = _first(events, ("detected", "start", "restored", "resumed"), at)
     restart = _first(events, ("start",), at) or _first(events, ("restored",), at)
     restored = _first(events, ("restored",), at)
@@ -254,6 +257,9 @@ def recovery_summary(events: list[dict]) -> dict:
         **summary,
         "fault_injected": True,
         "fault_step": fault["step"],
+        # Where the timeline figure marks them (from the first timed step).
+        "fault_at_seconds": at - origin,
+        "resumed_at_seconds": resumed["time"] - origin if resumed else None,
         "detection_seconds": seen["time"] - at if seen else None,
         "detected_by": (seen.get("how") or seen["event"]) if seen else None,
         "restart_seconds": restart["time"] - at if restart else None,
@@ -274,3 +280,8 @@ def _world_sizes(events: list[dict]) -> list[dict]:
         if not changes or changes[-1]["world_size"] != event["world_size"]:
             changes.append({"time": event["time"], "world_size": event["world_size"]})
     return changes
+
+
+def _median_gap(times: list[float]) -> float | None:
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    return gaps[len(gaps) // 2] if gaps else None

@@ -111,7 +111,7 @@ def stop_all(processes: list[subprocess.Popen], tree: ProcessTree, grace: float 
 # torch.OutOfMemoryError ("CUDA out of memory") on GPUs and a RuntimeError
 # from its CPU allocator on the host.
 OOM_SIGNS = (
-    "trainscale train: out of memory:",
+    "trainscale train: out of memory:",  # OWN_OOM_SIGN
     "RESOURCE_EXHAUSTED",
     "OOM when allocating",
     "std::bad_alloc",
@@ -193,6 +193,18 @@ class LaunchResult:
     terminated: bool = False  # SIGTERM reached the launcher (SLURM ending the job, a kill)
 
 
+# Exit code of a training process that ran out of memory (it says so first:
+# OWN_OOM_SIGN); `trainscale run` turns it into a record.
+EXIT_OOM = 3
+OWN_OOM_SIGN = "trainscale train: out of memory:"
+
+
+def said_out_of_memory(found: list[str]) -> bool:
+    """Whether a training process of the run said it ran out of memory (the
+    cgroup's count of kills is not asked here: it may count another run's)."""
+    return any(OWN_OOM_SIGN in line for line in found)
+
+
 def relay_output(stream, sink, found: list[str]) -> None:
     """Copy a process's stderr to ours (the job log) and note the first OOM line."""
     for line in stream:
@@ -200,6 +212,8 @@ def relay_output(stream, sink, found: list[str]) -> None:
         sink.flush()
         if not found and any(sign in line for sign in OOM_SIGNS):
             found.append(line.strip()[:500])
+        elif OWN_OOM_SIGN in line and not said_out_of_memory(found):
+            found.append(line.strip()[:500])  # the launcher ends the run on it
 
 
 def mark_first_to_die() -> None:

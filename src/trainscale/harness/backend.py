@@ -170,6 +170,17 @@ class Backend:
 
     # -- elastic frameworks (FrameworkSpec.elastic; trainscale.core.faults) ----
 
+    # Whether the loop saves the state (save_state) and a restart restores it.
+    elastic = False
+
+    def notice(self, event: str, **fields) -> None:
+        """An event for the run's timeline (trainscale.harness.run_events sets it)."""
+
+    def run_blocks(self, blocks_from, first_step: int):
+        """Run the timed blocks from `first_step` (blocks_from does): here, once;
+        a framework that recovers in its own process runs them in its own way."""
+        return blocks_from(first_step)
+
     def save_state(self, path: str, steps: int) -> None:
         """Save the training state after `steps` timed steps (the chief calls it)."""
         raise NotImplementedError

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 from trainscale.core import faults
 from trainscale.harness.backend import Backend
-from trainscale.study.launch_kinds import AGENT_INDEX
-from trainscale.study.registry import framework_spec
+from trainscale.study.elastic_kinds import AGENT_INDEX
 
 
 class RunEvents:
@@ -26,10 +26,9 @@ class RunEvents:
         self.timeline = faults.Timeline(faults.timeline_path(output) if output else "")
         self.timeline.process = topology.process_index
         self.chief = topology.is_chief
-        self.elastic = framework_spec(s.framework).elastic and bool(output)
+        self.elastic = backend.elastic and bool(output)
         self.checkpoint = faults.checkpoint_path(output) if output else ""
         self.fault = faults.parse_fault(s.fault)
-        self.world_size = topology.num_processes
         self.timeline.write("start", at=started, world_size=self.world_size)
         # A process started after the fault fired: a restart, or the next attempt.
         self.after_fault = self.timeline.fault_fired()
@@ -40,8 +39,24 @@ class RunEvents:
         node = int(node) if node else topology.process_index // per_node
         self.injector = faults.Injector(self.fault, self.timeline, topology.process_index, node)
         self.resuming = self.after_fault
-        if self.fault:
+        backend.notice = self.notice
+        # (Ray Train runs the loop in a thread of its worker: no handler there.)
+        if self.fault and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._stopped)
+
+    @property
+    def world_size(self) -> int:
+        return self.backend.topology.num_processes  # an elastic world changes
+
+    def notice(self, event: str, **fields) -> None:
+        """The backend's own events: a framework that recovers in its process
+        (Horovod elastic) says when it restored; its next step ends recovery."""
+        if event == "restored":
+            self.resuming = True
+            self.chief = self.backend.topology.is_chief
+            self.timeline.process = self.backend.topology.process_index
+        if self.chief or event == "detected":
+            self.timeline.write(event, world_size=self.world_size, **fields)
 
     def _stopped(self, *_) -> None:
         # A survivor that its agent or launcher stops has been told of the failure.
@@ -105,6 +120,13 @@ class RunEvents:
     def summary(self) -> dict:
         """The record's `recovery` and `timeline` (the chief's, at the end)."""
         events = self.timeline.read()
+        if self.fault and not any(e["event"] == "fault_injected" for e in events):
+            # A node fault names a node no process of this run stands on.
+            print(
+                f"[trainscale] warning: --fault {self.backend.settings.fault} never "
+                "fired: no process of this run is the one it names",
+                file=sys.stderr,
+            )
         if self.elastic and os.path.exists(self.checkpoint):
             os.remove(self.checkpoint)  # the run is whole: nothing to restart from
         return {

@@ -112,7 +112,9 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         if settings.mode == "accuracy":
             blocks, measured = _epochs(backend)
         else:
-            blocks, loss_value = _timed_blocks(backend, loss_value, events, first_step)
+            blocks, loss_value = backend.run_blocks(
+                lambda step: _timed_blocks(backend, loss_value, events, step), first_step
+            )
             measured = {"final_loss": loss_value}
         gpu = monitor.stop() if isinstance(monitor, GpuMonitor) else monitor
         # Before the weights are gathered (a sharded framework's whole weights

@@ -18,10 +18,12 @@ import time
 
 from trainscale.core.slurm import in_slurm_job, slurm_watchdog
 from trainscale.core.supervision import (
+    EXIT_OOM,
     LaunchResult,
     MemoryCgroup,
     ProcessTree,
     relay_output,
+    said_out_of_memory,
     stop_all,
 )
 from trainscale.study.launch_kinds import Plan, process_index
@@ -160,6 +162,10 @@ def run_plan(plan: Plan, timeout: float) -> LaunchResult:
                 # The same SIGTERM may have reached a child first; let ours land.
                 terminated.wait(0.5)
                 return finish(failed[0])
+            if said_out_of_memory(oom_lines):
+                # The grid point's result: an elastic agent's restart (torchrun
+                # restarts a rank that ran out) would only run out again.
+                return finish(EXIT_OOM)
             ended = [c is not None and (c == 0 or not needed) for c, needed in zip(codes, required)]
             if all(done for done, ends in zip(ended, ending) if ends):
                 return finish(0)

@@ -16,6 +16,7 @@ shapes and the examples ask it, and nothing switches on its name.
   first step); SlurmClusterResolver under SLURM;
 - PARAMETER_SERVERS: processes with roles (Role): a chief that drives the
   training loop, parameter servers and workers that serve until it ends;
+- elastic kinds, whose agents survive a lost process: trainscale.study.elastic_kinds;
 - TorchDistributed (TORCHRUN, DEEPSPEED): one rank per replica, each told
   RANK, WORLD_SIZE, LOCAL_RANK and the first rank's MASTER_ADDR:MASTER_PORT,
   what torch.distributed's env:// rendezvous reads; under SLURM each rank
@@ -74,8 +75,6 @@ class Role:
 
 # Set on each local process of a plan with roles: its place in task order.
 PROCESS_INDEX = "TRAINSCALE_PROCESS"
-# Set on each local elastic agent: the node it stands for (a node fault's).
-AGENT_INDEX = "TRAINSCALE_AGENT"
 
 
 def free_ports(count: int) -> list[int]:
@@ -329,101 +328,6 @@ class RayDriver(OneProcess):
     )
 
 
-# torchrun's rendezvous defaults (a last call of 30 s, a node dead after 3
-# missed 5 s heartbeats) would put 15-45 s of waiting into every recovery;
-# these are a fast-failover configuration, and the record says which.
-ELASTIC_RENDEZVOUS = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
-ELASTIC_MAX_RESTARTS = 3
-MIN_REPLICAS = Setting(
-    "min_replicas",
-    int,
-    1,
-    "elastic frameworks: the fewest replicas the run goes on with after losing some",
-    minimum=1,
-    group="faults",
-    metavar="N",
-    check=lambda s: f"--min-replicas {s.min_replicas} is above the run's {s.replicas} replicas"
-    if s.min_replicas > s.replicas
-    else "",
-)
-
-
-class TorchElastic(LaunchKind):
-    """torchrun's elastic agents (torch.distributed.run): each agent starts
-    its node's ranks, and on a failure every agent stops its ranks and joins a
-    new c10d rendezvous; the world is whatever joined, between the run's
-    --min-replicas and its replicas. Here one agent per replica, so that a
-    lost agent is a lost node: the first agent holds the rendezvous's store
-    (c10d's), so the run needs it and may lose any other. Under SLURM one
-    agent per node, in one srun step that outlives a lost node."""
-
-    name = "torchrun-elastic"
-    settings = (MIN_REPLICAS,)
-    ranks_in_task_order = False  # the rendezvous ranks the agents as they join
-    one_node = (
-        "torchrun --nnodes=1:4 --nproc-per-node=1 --rdzv-backend=c10d "
-        "--rdzv-endpoint=localhost:29500 --max-restarts=3 {script}   # 4 times: one agent per GPU"
-    )
-    two_nodes = (
-        "torchrun --nnodes=1:2 --nproc-per-node=4 --rdzv-backend=c10d "
-        "--rdzv-endpoint=node1:29500 --max-restarts=3 {script}   # on each node"
-    )
-
-    def probe_transport(self, settings) -> str:
-        return "torch"
-
-    def probe_launches(self) -> dict[str, dict]:
-        return {"torch": {}}
-
-    def agent(self, command, settings, agents: int, per_agent: int, endpoint: str, run_id: str):
-        """One torchrun agent's argv, starting `command` (python -m trainscale ...)."""
-        minimum = -(-settings.min_replicas // per_agent)  # agents whose ranks make the minimum
-        return [
-            command[0],
-            "-m",
-            "torch.distributed.run",
-            f"--nnodes={minimum}:{agents}",
-            f"--nproc-per-node={per_agent}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={run_id}",
-            f"--rdzv-conf={ELASTIC_RENDEZVOUS}",
-            f"--max-restarts={ELASTIC_MAX_RESTARTS}",
-            *command[1:],
-        ]
-
-    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
-        port = free_ports(1)[0]
-        argv = self.agent(command, settings, processes, 1, f"127.0.0.1:{port}", f"local{port}")
-        plan = []
-        for index in range(processes):
-            # The first agent hosts the store (told, not raced for: both match
-            # the endpoint's host here); the rendezvous numbers the agents in
-            # the order they join, so each is told its place too.
-            agent = [*argv]
-            agent[agent.index(f"--rdzv-conf={ELASTIC_RENDEZVOUS}")] += f",is_host={int(index == 0)}"
-            plan.append(Process(agent, {AGENT_INDEX: str(index)}, required=index == 0))
-        return plan
-
-    def slurm_plan(
-        self, settings, train_command: list[str], requested_gpus: int, cpus_per_task: int = 0
-    ) -> Plan:
-        srun = slurm.srun_command(settings.nodes, 1, requested_gpus, cpus_per_task)
-        # A lost node must not end the step: the agents left go on without it.
-        srun = [option for option in srun if not option.startswith("--kill-on-bad-exit")]
-        srun += ["--kill-on-bad-exit=0", "--no-kill"]
-        if cpus_per_task:  # the agent's ranks share its task's CPUs
-            srun[srun.index(f"--cpus-per-task={cpus_per_task}")] = (
-                f"--cpus-per-task={cpus_per_task * settings.gpus_per_node}"
-            )
-        job = os.environ["SLURM_JOB_ID"]
-        endpoint = f"{slurm.job_hosts()[0]}:{slurm.slurm_port_base(job)}"
-        argv = self.agent(
-            train_command, settings, settings.nodes, settings.gpus_per_node, endpoint, job
-        )
-        return [Process([*srun, *argv], {})]
-
-
 PS_SERVERS = Setting(
     "ps_servers",
     int,
@@ -492,7 +396,6 @@ def process_index() -> int:
 
 
 ONE_PROCESS = OneProcess()
-TORCHRUN_ELASTIC = TorchElastic()
 PARAMETER_SERVERS = ParameterServers()
 RAY = RayDriver()
 HOROVOD = HorovodRanks()

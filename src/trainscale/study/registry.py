@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from trainscale.core.setting import Setting
+from trainscale.study.elastic_kinds import HOROVOD_ELASTIC, TORCHRUN_ELASTIC
 from trainscale.study.launch_kinds import (
     DEEPSPEED,
     HOROVOD,
@@ -29,7 +30,6 @@ from trainscale.study.launch_kinds import (
     PARAMETER_SERVERS,
     RAY,
     TORCHRUN,
-    TORCHRUN_ELASTIC,
     LaunchKind,
 )
 from trainscale.study.traffic import (
@@ -362,7 +362,21 @@ REGISTRY = (
         requires="ray",
         example="torch_ray.py",
         # Its workers run torch-ddp's step: DDP's knobs are its knobs too.
-        knobs=DDP_KNOBS,
+        knobs=(
+            *DDP_KNOBS,
+            Setting(
+                "ray_max_failures",
+                int,
+                0,
+                "ray-train: FailureConfig(max_failures): how often a lost worker may restart "
+                "the worker group, from the state last reported through ray.train.report "
+                "(0: a lost worker ends the run)",
+                minimum=0,
+                axis=True,
+                group="faults",
+            ),
+            *ELASTIC_KNOBS,
+        ),
         compared_with="horovod",
         # Ray joins the process group itself; the example asks Ray for the
         # rest (ScalingConfig, get_device, prepare_model, TorchTrainer).
@@ -387,6 +401,24 @@ REGISTRY = (
         knobs=HOROVOD_KNOBS,
         compared_with="horovod",
         traffic=all_reduce_traffic("horovod_compression"),
+    ),
+    FrameworkSpec(
+        "horovod-torch-elastic",
+        "Horovod elastic (PyTorch)",
+        "torch",
+        "torch_env",
+        HOROVOD_ELASTIC,
+        backend="trainscale.frameworks.torch.horovod_elastic:HorovodElastic",
+        requires="horovod.torch",
+        example="torch_horovod_elastic.py",
+        # horovodrun starts another host's ranks over ssh (elastic needs its
+        # driver): here one node, its ranks under the host's two names.
+        one_node=True,
+        knobs=(*HOROVOD_KNOBS, *ELASTIC_KNOBS),
+        compared_with="horovod",
+        concept_evidence=(("elastic restart", ("elastic",)),),
+        traffic=all_reduce_traffic("horovod_compression"),
+        elastic=True,
     ),
     FrameworkSpec(
         "torch-fsdp",

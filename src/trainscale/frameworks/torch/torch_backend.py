@@ -72,12 +72,16 @@ class TorchBackend(Backend):
             self.scaler.update()
 
     def check_world_size(self, ranks: int) -> None:
-        """Refuse a world that is not the run's (an elastic one may have shrunk)."""
+        """Refuse a world that is not the run's (an elastic one may have shrunk
+        to --min-replicas)."""
         s = self.settings
+        if self.elastic and s.min_replicas <= ranks <= s.replicas:
+            return
         if ranks != s.replicas:
             raise DeviceError(
                 f"{s.framework} was launched with {ranks} ranks but the "
                 f"run asks for {s.replicas} ({s.nodes} nodes x {s.gpus_per_node} per node)"
+                + (f", at least {s.min_replicas} (--min-replicas)" if self.elastic else "")
             )
 
     # Each rank's loss is multiplied by this before backward (see the docstring).
@@ -231,7 +235,8 @@ class TorchBackend(Backend):
                 logits = self.model(images)
         # float(): the logits of a model in half precision (no-op in fp32).
         loss = F.cross_entropy(logits.float(), labels, reduction="sum")
-        loss = loss / self.settings.global_batch_size
+        # The global batch of the world as it is (an elastic one may have shrunk).
+        loss = loss / (self.settings.batch_size * self.topology.num_replicas)
         self.update(loss if self.gradient_scale == 1 else loss * self.gradient_scale)
         return loss.detach()
 

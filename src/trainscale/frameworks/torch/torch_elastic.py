@@ -18,18 +18,11 @@ import os
 import torch
 
 from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
-from trainscale.harness.backend import DeviceError
-from trainscale.study.launch_kinds import ELASTIC_MAX_RESTARTS, ELASTIC_RENDEZVOUS
+from trainscale.study.elastic_kinds import ELASTIC_MAX_RESTARTS, ELASTIC_RENDEZVOUS
 
 
 class ElasticDistributedDataParallel(DistributedDataParallel):
-    def check_world_size(self, ranks: int) -> None:
-        s = self.settings
-        if not s.min_replicas <= ranks <= s.replicas:
-            raise DeviceError(
-                f"{s.framework} rendezvoused {ranks} ranks, outside the run's "
-                f"{s.min_replicas} (--min-replicas) to {s.replicas}"
-            )
+    elastic = True
 
     def save_state(self, path: str, steps: int) -> None:
         import torch.distributed as dist
@@ -69,4 +62,5 @@ class ElasticDistributedDataParallel(DistributedDataParallel):
             "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
             "max_restarts": ELASTIC_MAX_RESTARTS,
             "rendezvous": ELASTIC_RENDEZVOUS,
+            "store_per_round": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") == "1",
         }

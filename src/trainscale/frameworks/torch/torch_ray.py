@@ -10,8 +10,12 @@ LOCAL_WORLD_SIZE), so the backend only reads them. Rank 0 gathers every
 worker's block times and writes the record, as torch-ddp's rank 0 does, so
 any difference from torch-ddp is Ray's.
 
-Fault tolerance is off (FailureConfig(max_failures=0)): a lost worker ends
-the run, and `trainscale run` records it as failed, never a smaller run.
+Fault tolerance is off unless --ray-max-failures says how often a lost
+worker may restart the worker group (FailureConfig(max_failures)). Then each
+worker reports the training state through ray.train.report every
+--checkpoint-blocks blocks, and a restarted worker goes on from
+ray.train.get_checkpoint(), as Ray Train's fault-tolerance guide teaches.
+Off, a lost worker ends the run, and `trainscale run` records it as failed.
 What Ray costs before training (its cluster start, the worker group's start)
 is start-up, kept apart from the timed blocks in the record's `ray` part.
 """
@@ -30,6 +34,7 @@ import tempfile
 import time
 
 from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
+from trainscale.frameworks.torch.torch_elastic import ElasticDistributedDataParallel as Elastic
 
 # Ray's sockets live below its temp folder, and a Unix socket path has at
 # most 107 bytes: a run folder deeper than this is reached by a short link.
@@ -37,7 +42,38 @@ _RAY_TEMP_MAX = 40
 
 
 class RayTrainDDP(DistributedDataParallel):
-    """torch-ddp's backend in a Ray Train worker: the process group is Ray's."""
+    """torch-ddp's backend in a Ray Train worker: the process group is Ray's;
+    with --ray-max-failures, the state torch-elastic saves, kept by Ray."""
+
+    @property
+    def elastic(self) -> bool:
+        return self.settings.ray_max_failures > 0
+
+    def save_state(self, path: str, steps: int) -> None:
+        from ray.train import Checkpoint, report
+
+        folder = f"{path}.{steps}"  # one folder per report: Ray copies it to its storage
+        chief = self.topology.is_chief
+        if chief:
+            os.makedirs(folder, exist_ok=True)
+        # torch-elastic's state (every rank's random state too): the chief writes it.
+        Elastic.save_state(self, os.path.join(folder, "state.pt"), steps)
+        # Every worker reports (Ray Train V2 waits for all); the chief's checkpoint.
+        report({"steps": steps}, checkpoint=Checkpoint.from_directory(folder) if chief else None)
+        if chief:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def restore_state(self, path: str) -> int:
+        from ray.train import get_checkpoint
+
+        checkpoint = get_checkpoint()
+        if checkpoint is None:
+            return 0
+        with checkpoint.as_directory() as folder:
+            return Elastic.restore_state(self, os.path.join(folder, "state.pt"))
+
+    def framework_config(self) -> dict:
+        return {"max_failures": self.settings.ray_max_failures}
 
     def connect(self) -> int:
         import torch.distributed as dist
@@ -97,7 +133,7 @@ def _trainer(settings, options, folder: str):
         run_config=RunConfig(
             name="trainscale",
             storage_path=os.path.join(folder, "results"),
-            failure_config=FailureConfig(max_failures=0),
+            failure_config=FailureConfig(max_failures=settings.ray_max_failures),
         ),
     )
 

@@ -1,0 +1,196 @@
+"""The launch kinds of elastic frameworks (trainscale.study.launch_kinds has
+the seam): each starts agents that survive a lost process, and a world that
+may shrink to --min-replicas (trainscale.core.faults measures what it costs).
+
+- TORCHRUN_ELASTIC: torchrun's elastic agents and a c10d rendezvous;
+- HOROVOD_ELASTIC: horovodrun --gloo's elastic driver and a host discovery script.
+
+Imports neither TensorFlow nor torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from trainscale.core import slurm
+from trainscale.core.setting import Setting
+from trainscale.study.launch_kinds import LaunchKind, Plan, Process, free_ports
+
+# Set on each local elastic agent: the node it stands for (a node fault's).
+AGENT_INDEX = "TRAINSCALE_AGENT"
+# python -c WAIT_FOR_PORT HOST PORT ARGV...: run ARGV once HOST:PORT takes connections.
+WAIT_FOR_PORT = (
+    "import os, socket, sys, time\n"
+    "while True:\n"
+    "    try:\n"
+    "        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()\n"
+    "        break\n"
+    "    except OSError:\n"
+    "        time.sleep(0.1)\n"
+    "os.execv(sys.argv[3], sys.argv[3:])\n"
+)
+
+# torchrun's rendezvous defaults (a last call of 30 s, a node dead after 3
+# missed 5 s heartbeats) would put 15-45 s of waiting into every recovery;
+# these are a fast-failover configuration, and the record says which. The
+# last call outlasts a dead node's 3 s: with a 1 s last call, a round closed
+# with a lost agent still counted and waited 60 s for it (2 of 6 runs here).
+ELASTIC_RENDEZVOUS = "last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=3"
+# torch 2.13's agents share their rendezvous store with their ranks across
+# restarts, and a restarted rank read the last round's gloo addresses: its
+# init_process_group waited out gloo's 100 s connect timeout (3 of 6 runs
+# with a killed rank here); with a store per round, 0 of 8.
+OWN_STORE_PER_ROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+ELASTIC_MAX_RESTARTS = 3
+MIN_REPLICAS = Setting(
+    "min_replicas",
+    int,
+    1,
+    "elastic frameworks: the fewest replicas the run goes on with after losing some",
+    minimum=1,
+    group="faults",
+    metavar="N",
+    check=lambda s: f"--min-replicas {s.min_replicas} is above the run's {s.replicas} replicas"
+    if s.min_replicas > s.replicas
+    else "",
+)
+
+
+class TorchElastic(LaunchKind):
+    """torchrun's elastic agents (torch.distributed.run): each agent starts
+    its node's ranks, and on a failure every agent stops its ranks and joins a
+    new c10d rendezvous; the world is whatever joined, between the run's
+    --min-replicas and its replicas. Here one agent per replica, so that a
+    lost agent is a lost node: the first agent holds the rendezvous's store
+    (c10d's), so the run needs it and may lose any other. Under SLURM one
+    agent per node, in one srun step that outlives a lost node."""
+
+    name = "torchrun-elastic"
+    settings = (MIN_REPLICAS,)
+    ranks_in_task_order = False  # the rendezvous ranks the agents as they join
+    one_node = (
+        "torchrun --nnodes=1:4 --nproc-per-node=1 --rdzv-backend=c10d "
+        "--rdzv-endpoint=localhost:29500 --max-restarts=3 {script}   # 4 times: one agent per GPU"
+    )
+    two_nodes = (
+        "torchrun --nnodes=1:2 --nproc-per-node=4 --rdzv-backend=c10d "
+        "--rdzv-endpoint=node1:29500 --max-restarts=3 {script}   # on each node"
+    )
+
+    def probe_transport(self, settings) -> str:
+        return "torch"
+
+    def probe_launches(self) -> dict[str, dict]:
+        return {"torch": {}}
+
+    def agent(self, command, settings, agents: int, per_agent: int, endpoint: str, run_id: str):
+        """One torchrun agent's argv, starting `command` (python -m trainscale ...)."""
+        minimum = -(-settings.min_replicas // per_agent)  # agents whose ranks make the minimum
+        return [
+            command[0],
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={minimum}:{agents}",
+            f"--nproc-per-node={per_agent}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={run_id}",
+            f"--rdzv-conf={ELASTIC_RENDEZVOUS}",
+            f"--max-restarts={ELASTIC_MAX_RESTARTS}",
+            *command[1:],
+        ]
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        port = free_ports(1)[0]
+        endpoint = f"127.0.0.1:{port}"
+        argv = self.agent(command, settings, processes, 1, endpoint, f"local{port}")
+        plan = [Process(argv, {AGENT_INDEX: "0", **OWN_STORE_PER_ROUND})]
+        # The first agent binds the rendezvous's store (c10d: the first agent
+        # whose host is the endpoint's, so here a race); the others start once
+        # it serves, so the run needs only it, and a node fault on any other
+        # agent is survivable.
+        wait = [command[0], "-c", WAIT_FOR_PORT, "127.0.0.1", str(port)]
+        for index in range(1, processes):
+            env = {AGENT_INDEX: str(index), **OWN_STORE_PER_ROUND}
+            plan.append(Process([*wait, *argv], env, required=False))
+        return plan
+
+    def slurm_plan(
+        self, settings, train_command: list[str], requested_gpus: int, cpus_per_task: int = 0
+    ) -> Plan:
+        srun = slurm.srun_command(settings.nodes, 1, requested_gpus, cpus_per_task)
+        # A lost node must not end the step: the agents left go on without it.
+        srun = [option for option in srun if not option.startswith("--kill-on-bad-exit")]
+        srun += ["--kill-on-bad-exit=0", "--no-kill"]
+        if cpus_per_task:  # the agent's ranks share its task's CPUs
+            srun[srun.index(f"--cpus-per-task={cpus_per_task}")] = (
+                f"--cpus-per-task={cpus_per_task * settings.gpus_per_node}"
+            )
+        job = os.environ["SLURM_JOB_ID"]
+        endpoint = f"{slurm.job_hosts()[0]}:{slurm.slurm_port_base(job)}"
+        argv = self.agent(
+            train_command, settings, settings.nodes, settings.gpus_per_node, endpoint, job
+        )
+        return [Process([*srun, *argv], dict(OWN_STORE_PER_ROUND))]
+
+
+# Horovod elastic on one machine: the host under two names (Horovod's own
+# integration tests do so), since a failed rank's host is blacklisted: the
+# ranks on the other name go on. Each name is a node of a node fault.
+HOROVOD_LOCAL_HOSTS = ("localhost", "127.0.0.1")
+
+
+class HorovodElastic(LaunchKind):
+    """horovodrun --gloo's elastic driver: it starts the ranks on the hosts a
+    discovery script lists, and on a failure blacklists the failed rank's host
+    and tells the others to reset: they restore their last commit in memory
+    and go on, between --min-replicas and the run's replicas."""
+
+    name = "horovod-elastic"
+    settings = (MIN_REPLICAS,)
+    one_node = (
+        "horovodrun -np 4 --min-np 1 --max-np 4 --host-discovery-script ./discover_hosts.sh "
+        "python {script}"
+    )
+    two_nodes = (
+        "horovodrun -np 8 --min-np 4 --max-np 8 --host-discovery-script ./discover_hosts.sh "
+        "python {script}   # discover_hosts.sh prints node1:4 and node2:4"
+    )
+    ranks_in_task_order = False
+
+    def probe_transport(self, settings) -> str:
+        return "horovod-gloo"
+
+    def probe_launches(self) -> dict[str, dict]:
+        return {"horovod-gloo": {"horovod_launcher": "gloo"}}
+
+    def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        import tempfile
+
+        # Ranks split over the host's two names, the first taking any odd one.
+        slots = (processes - processes // 2, processes // 2)
+        lines = [f"echo {host}:{n}" for host, n in zip(HOROVOD_LOCAL_HOSTS, slots) if n]
+        handle, script = tempfile.mkstemp(prefix="trainscale-hosts-", suffix=".sh")
+        with os.fdopen(handle, "w") as out:
+            out.write("#!/bin/sh\n" + "\n".join(lines) + "\n")
+        os.chmod(script, 0o755)
+        launch = [sys.executable, "-m", "horovod.runner.launch", "--gloo", "-np", str(processes)]
+        launch += ["--min-np", str(settings.min_replicas), "--max-np", str(processes)]
+        launch += ["--host-discovery-script", script, "--elastic-timeout", "60"]
+        return [Process([*launch, *command], {})]
+
+    def slurm_plan(
+        self, settings, train_command: list[str], requested_gpus: int, cpus_per_task: int = 0
+    ) -> Plan:
+        # One node (the registry's one_node): horovodrun starts the ranks of
+        # another host over ssh, which a SLURM job's nodes need not allow. Its
+        # driver runs as the step's one task, holding the node's CPUs.
+        cpus = cpus_per_task * settings.gpus_per_node
+        srun = slurm.srun_command(1, 1, requested_gpus, cpus)
+        [local] = self.local_plan(settings.gpus_per_node, train_command, settings)
+        return [Process([*srun, *local.argv], local.env)]
+
+
+TORCHRUN_ELASTIC = TorchElastic()
+HOROVOD_ELASTIC = HorovodElastic()
