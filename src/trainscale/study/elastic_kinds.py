@@ -178,6 +178,10 @@ class HorovodElastic(LaunchKind):
         launch = [sys.executable, "-m", "horovod.runner.launch", "--gloo", "-np", str(processes)]
         launch += ["--min-np", str(settings.min_replicas), "--max-np", str(processes)]
         launch += ["--host-discovery-script", script, "--elastic-timeout", "60"]
+        # Both names are this machine's loopback. Without the interface given,
+        # Horovod 0.28.1's elastic driver resolves it by comparing two hosts,
+        # and a run of one replica (one host) timed out after 60 s.
+        launch += ["--network-interface", "lo"]
         return [Process([*launch, *command], {})]
 
     def slurm_plan(
