@@ -168,22 +168,21 @@ def inject(fault: Fault, timeline: Timeline, step: int, world_size: int) -> None
 class Injector:
     """Decides, step by step, whether this process is the one a fault hits now."""
 
-    def __init__(self, fault: Fault | None, timeline: Timeline, rank: int, node: int):
+    def __init__(self, fault: Fault | None, timeline: Timeline, rank: int, node: int, fired: bool):
         hit = fault and (fault.index == (rank if fault.target == "rank" else node))
         # A restarted process (an elastic restart, the workflow's next attempt)
-        # finds the fault already fired on the timeline: it fires once.
-        self.fault = fault if hit and not timeline.fault_fired() else None
+        # finds the fault already `fired` on the timeline: it fires once.
+        self.fault = fault if hit and not fired else None
         self.timeline, self.started = timeline, None
 
     def before_step(self, step: int, world_size: int) -> None:
         if self.fault is None:
             return
         self.started = self.started or time.monotonic()
-        due = self.fault.step if self.fault.step is not None else None
         late = self.fault.seconds is not None and time.monotonic() - self.started >= (
             self.fault.seconds
         )
-        if step == due or late:
+        if step == self.fault.step or late:
             fault, self.fault = self.fault, None
             inject(fault, self.timeline, step, world_size)
 
@@ -192,13 +191,17 @@ def _first(events: list[dict], names: tuple[str, ...], after: float) -> dict | N
     return next((e for e in events if e["event"] in names and e["time"] > after), None)
 
 
+def _first_timed_step(events: list[dict]) -> float | None:
+    """When the first timed step began: every wall time of the summary counts from it."""
+    return next((e["time"] for e in events if e["event"] == "timed_start"), None)
+
+
 def block_series(events: list[dict]) -> list[dict]:
     """Each timed block as the chief saw it end, in wall time from the first
     timed step: the timeline figure's points (a block redone appears twice)."""
-    starts = [e["time"] for e in events if e["event"] == "timed_start"]
-    if not starts:
+    origin = _first_timed_step(events)
+    if origin is None:
         return []
-    origin = starts[0]
     return [
         {
             "seconds": round(e["time"] - origin, 4),
@@ -214,13 +217,13 @@ def block_series(events: list[dict]) -> list[dict]:
 def goodput(events: list[dict]) -> dict:
     """Images of the blocks that count over the wall time from the first timed
     step to the last block's end (recovery, checkpoints and restarts included)."""
-    starts = [e["time"] for e in events if e["event"] == "timed_start"]
+    origin = _first_timed_step(events)
     blocks = [e for e in events if e["event"] == "block_done"]
-    if not starts or not blocks:
+    if origin is None or not blocks:
         return {"goodput_images_per_sec": None, "wall_seconds": None}
     last_of_each = {e["block"]: e for e in blocks}  # in time order: the last one wins
     images = sum(e["images"] for e in last_of_each.values())
-    wall = blocks[-1]["time"] - starts[0]
+    wall = blocks[-1]["time"] - origin
     return {
         "goodput_images_per_sec": images / wall,
         "wall_seconds": wall,
@@ -247,7 +250,7 @@ def recovery_summary(events: list[dict]) -> dict:
     if fault is None:
         return {**summary, "fault_injected": False}
     at = fault["time"]
-    origin = next((e["time"] for e in events if e["event"] == "timed_start"), at)
+    origin = _first_timed_step(events) or at
     seen = _first(events, ("detected", "start", "restored", "resumed"), at)
     restart = _first(events, ("start",), at) or _first(events, ("restored",), at)
     restored = _first(events, ("restored",), at)

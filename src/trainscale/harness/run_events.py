@@ -37,7 +37,9 @@ class RunEvents:
         per_node = max(1, self.world_size // s.nodes)
         node = os.environ.get(AGENT_INDEX) or os.environ.get("SLURM_NODEID")
         node = int(node) if node else topology.process_index // per_node
-        self.injector = faults.Injector(self.fault, self.timeline, topology.process_index, node)
+        self.injector = faults.Injector(
+            self.fault, self.timeline, topology.process_index, node, self.after_fault
+        )
         self.resuming = self.after_fault
         backend.notice = self.notice
         # (Ray Train runs the loop in a thread of its worker: no handler there.)

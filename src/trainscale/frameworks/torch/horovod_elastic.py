@@ -37,8 +37,7 @@ class HorovodElastic(Horovod):
         hvd = self.hvd
         self.topology.num_processes, self.topology.process_index = hvd.size(), hvd.rank()
         self.batches = self._batches(self.train_split)
-        for _ in range(self.settings.warmup_steps + self.state.steps):
-            next(self.batches)
+        self.skip_trained_batches(self.state.steps)
         self.notice("restored", step=self.state.steps)
 
     def read_splits(self) -> tuple:

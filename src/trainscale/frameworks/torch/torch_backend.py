@@ -226,6 +226,12 @@ class TorchBackend(Backend):
             images = images.to(self.input_dtype)
         return images.contiguous(memory_format=self.memory_format)
 
+    def skip_trained_batches(self, timed_steps: int) -> None:
+        """Advance the batches past what warm-up and `timed_steps` trained on:
+        an elastic framework's restored state goes on with the batch it was at."""
+        for _ in range(self.settings.warmup_steps + timed_steps):
+            next(self.batches)
+
     def step(self):
         images, labels = next(self.batches)
         if self.autocast is None:

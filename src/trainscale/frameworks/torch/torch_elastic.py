@@ -52,9 +52,7 @@ class ElasticDistributedDataParallel(DistributedDataParallel):
         generators = state["random_states"]
         if len(generators) == self.topology.num_processes:  # else a new world draws anew
             torch.set_rng_state(generators[self.topology.process_index].cpu())
-        # The batches the saved state had trained on, warm-up's included.
-        for _ in range(self.settings.warmup_steps + state["steps"]):
-            next(self.batches)
+        self.skip_trained_batches(state["steps"])
         return state["steps"]
 
     def framework_config(self) -> dict:
