@@ -57,6 +57,24 @@ MIN_REPLICAS = Setting(
 )
 
 
+def worker_range(settings) -> tuple[int, int]:
+    """The fewest and the most replicas an elastic run trains with."""
+    return settings.min_replicas, settings.replicas
+
+
+def world_size_error(settings, ranks: int, elastic: bool) -> str:
+    """'' where `ranks` is a world the run may have (an elastic one may have
+    shrunk to --min-replicas), else the one-line refusal."""
+    fewest, most = worker_range(settings) if elastic else (settings.replicas,) * 2
+    if fewest <= ranks <= most:
+        return ""
+    return (
+        f"{settings.framework} was launched with {ranks} ranks but the run asks for "
+        f"{settings.replicas} ({settings.nodes} nodes x {settings.gpus_per_node} per node)"
+        + (f", at least {settings.min_replicas} (--min-replicas)" if elastic else "")
+    )
+
+
 class TorchElastic(LaunchKind):
     """torchrun's elastic agents (torch.distributed.run): each agent starts
     its node's ranks, and on a failure every agent stops its ranks and joins a
@@ -68,6 +86,9 @@ class TorchElastic(LaunchKind):
 
     name = "torchrun-elastic"
     settings = (MIN_REPLICAS,)
+    # SLURM ends a job whose node fails unless it was submitted --no-kill:
+    # the agents on the other nodes would go with it.
+    job_options = ("--no-kill",)
     ranks_in_task_order = False  # the rendezvous ranks the agents as they join
     one_node = (
         "torchrun --nnodes=1:4 --nproc-per-node=1 --rdzv-backend=c10d "
@@ -139,6 +160,16 @@ class TorchElastic(LaunchKind):
 # integration tests do so), since a failed rank's host is blacklisted: the
 # ranks on the other name go on. Each name is a node of a node fault.
 HOROVOD_LOCAL_HOSTS = ("localhost", "127.0.0.1")
+# The ranks on this machine, set on each: Horovod's local size counts one
+# name's. With it, each of 2 CPU ranks took both cores' threads, and 2 ranks
+# trained 94 img/s where 1 trained 2735 (bench/README.md).
+MACHINE_PROCESSES = "TRAINSCALE_MACHINE_PROCESSES"
+
+
+def processes_on_machine(local_size: int) -> int:
+    """The processes sharing this machine: what Horovod's local size says,
+    unless the elastic launch kind listed the machine under two names."""
+    return int(os.environ.get(MACHINE_PROCESSES, local_size))
 
 
 class HorovodElastic(LaunchKind):
@@ -182,7 +213,7 @@ class HorovodElastic(LaunchKind):
         # Horovod 0.28.1's elastic driver resolves it by comparing two hosts,
         # and a run of one replica (one host) timed out after 60 s.
         launch += ["--network-interface", "lo"]
-        return [Process([*launch, *command], {})]
+        return [Process([*launch, *command], {MACHINE_PROCESSES: str(processes)})]
 
     def slurm_plan(
         self, settings, train_command: list[str], requested_gpus: int, cpus_per_task: int = 0

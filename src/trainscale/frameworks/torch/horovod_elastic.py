@@ -13,10 +13,14 @@ No process restarts, and no file is read.
 from __future__ import annotations
 
 from trainscale.frameworks.torch.horovod_torch import Horovod
+from trainscale.study.elastic_kinds import processes_on_machine
 
 
 class HorovodElastic(Horovod):
     elastic = True
+
+    def connect(self) -> int:
+        return processes_on_machine(super().connect())
 
     def build(self, module):
         module, optimizer = super().build(module)
