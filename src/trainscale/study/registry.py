@@ -3,7 +3,7 @@ framework apart from its training code, as data.
 
 An entry names its label and table order, its ecosystem and the environment
 it runs from, its launch kind (trainscale.study.launch_kinds), its topology limits,
-the knobs only it reads (declared here, once: trainscale.core.setting), where its
+the knobs only it reads (declared once, in trainscale.study.knobs), where its
 training code is, what its processes cannot run without, its example script,
 what one of its training steps moves between replicas (the step model's
 traffic, trainscale.analysis.predict) and what it refuses. The settings, the
@@ -22,6 +22,22 @@ from typing import Any, Callable, Mapping
 
 from trainscale.core.setting import Setting
 from trainscale.study.elastic_kinds import HOROVOD_ELASTIC, TORCHRUN_ELASTIC
+from trainscale.study.knobs import (
+    DDP_KNOBS,
+    DEEPSPEED_KNOBS,
+    ELASTIC_KNOBS,
+    FSDP_KNOBS,
+    HOROVOD_KNOBS,
+    MULTIWORKER_KNOBS,
+    PS_KNOBS,
+    RAY_KNOBS,
+    ddp_traffic,
+    deepspeed_fp16_needs_a_gpu,
+    fsdp_refuses_channels_last,
+    fsdp_traffic,
+    horovod_traffic,
+    zero_traffic,
+)
 from trainscale.study.launch_kinds import (
     DEEPSPEED,
     HOROVOD,
@@ -37,32 +53,11 @@ from trainscale.study.traffic import (
     all_reduce_traffic,
     no_traffic,
     parameter_server_traffic,
-    sharded_traffic,
 )
 
 # The modules of each ecosystem (the refactoring analysis's framework names
 # are rooted in imports of these, and of each entry's `requires`).
 ECOSYSTEM_MODULES = {"tensorflow": ("tensorflow", "keras"), "torch": ("torch",)}
-
-
-# What a step moves where that reads a framework's own knobs (beside their
-# declarations below); the rest is trainscale.study.traffic.
-def fsdp_traffic(settings: Mapping) -> Traffic:
-    # All-gather in forward, again in backward when forward resharded, and a
-    # reduce-scatter of the gradients.
-    passes = 3.0 if settings.get("fsdp_reshard_after_forward", True) else 2.0
-    return sharded_traffic(passes, "FSDP")(settings)
-
-
-def zero_traffic(settings: Mapping) -> Traffic:
-    # ZeRO-0 all-reduces gradients; ZeRO-1/2 reduce-scatter them and
-    # all-gather the updated parameters (2 passes, as much as an all-reduce);
-    # ZeRO-3 all-gathers the parameters in forward and again in backward, and
-    # reduce-scatters the gradients (3). Rajbhandari et al., ZeRO, section 7.
-    stage = int(settings.get("zero_stage", 0))
-    if stage == 0:
-        return Traffic(2.0)
-    return sharded_traffic(3.0 if stage == 3 else 2.0, f"ZeRO-{stage}")(settings)
 
 
 @dataclass(frozen=True)
@@ -112,112 +107,6 @@ class FrameworkSpec:
     elastic: bool = False
 
 
-HOROVOD_KNOBS = (
-    Setting(
-        "horovod_compression",
-        str,
-        "none",
-        "gradients on the wire: none, or fp16 (hvd.Compression.fp16)",
-        choices=("none", "fp16"),
-        axis=True,
-        group="communication",
-    ),
-    Setting(
-        "horovod_fusion_threshold_mb",
-        float,
-        64.0,
-        "Horovod's tensor fusion buffer (HOROVOD_FUSION_THRESHOLD); 0 turns fusion off",
-        minimum=0,
-        axis=True,
-        group="communication",
-        metavar="MB",
-    ),
-)
-
-
-def _nccl_needs_a_gpu(settings) -> str:
-    if settings.collective_implementation == "nccl" and settings.device != "gpu":
-        return "--collective-implementation nccl needs --device gpu"
-    return ""
-
-
-MULTIWORKER_KNOBS = (
-    Setting(
-        "collective_implementation",
-        str,
-        "auto",
-        "tf-multiworker's all-reduce: auto (NCCL on GPUs, RING on CPUs), ring or nccl",
-        choices=("auto", "ring", "nccl"),
-        axis=True,
-        group="communication",
-        check=_nccl_needs_a_gpu,
-    ),
-    Setting(
-        "all_reduce_pack_mb",
-        float,
-        0.0,
-        "tf-multiworker: all-reduce gradients in packs of this size "
-        "(CommunicationOptions.bytes_per_pack); 0: TensorFlow decides",
-        minimum=0,
-        axis=True,
-        group="communication",
-        metavar="MB",
-    ),
-)
-
-DDP_KNOBS = (
-    Setting(
-        "ddp_bucket_cap_mb",
-        float,
-        25.0,
-        "torch-ddp: all-reduce gradients in buckets of this size (bucket_cap_mb)",
-        minimum=0,
-        axis=True,
-        group="communication",
-        metavar="MB",
-    ),
-    Setting(
-        "ddp_compression",
-        str,
-        "none",
-        "torch-ddp: gradients on the wire: none, or fp16 (the fp16_compress_hook)",
-        choices=("none", "fp16"),
-        axis=True,
-        group="communication",
-    ),
-)
-
-
-ELASTIC_KNOBS = (
-    Setting(
-        "checkpoint_blocks",
-        int,
-        1,
-        "elastic frameworks: save the training state after every N timed blocks "
-        "(what a restart goes on from)",
-        minimum=1,
-        axis=True,
-        group="faults",
-        metavar="N",
-    ),
-)
-
-
-def _fsdp_refuses_channels_last(settings) -> str:
-    if settings.channels_last:
-        # torch 2.13: "NotImplementedError: FSDP does not support non-contiguous parameters yet"
-        return "--channels-last: FSDP2 shards only contiguous parameters (torch 2.13)"
-    return ""
-
-
-def _deepspeed_fp16_needs_a_gpu(settings) -> str:
-    if settings.precision == "fp16" and settings.device != "gpu":
-        # DeepSpeed 0.19.8's CPU accelerator: "Type fp16 is not supported on your device."
-        return "--precision fp16: DeepSpeed's CPU accelerator has no fp16 (use bf16, or a GPU)"
-    return ""
-
-
-# In table order: each ecosystem's baseline first.
 REGISTRY = (
     FrameworkSpec(
         "tf-single",
@@ -242,7 +131,7 @@ REGISTRY = (
         requires="horovod.tensorflow",
         example="tf_horovod.py",
         knobs=HOROVOD_KNOBS,
-        traffic=all_reduce_traffic("horovod_compression"),
+        traffic=horovod_traffic,
     ),
     FrameworkSpec(
         "tf-mirrored",
@@ -289,18 +178,7 @@ REGISTRY = (
         backend="trainscale.frameworks.tensorflow.tf_backend:ParameterServerBackend",
         requires="tensorflow",
         example="tf_ps.py",
-        knobs=(
-            Setting(
-                "ps_steps_per_function",
-                int,
-                4,
-                "tf-ps: worker steps in each function the coordinator schedules "
-                "(fewer round trips to the coordinator per step)",
-                minimum=1,
-                axis=True,
-                group="communication",
-            ),
-        ),
+        knobs=PS_KNOBS,
         concept_evidence=(
             ("cluster set-up", ("ClusterCoordinator",)),
             ("data sharding", ("create_per_worker_dataset",)),
@@ -334,7 +212,7 @@ REGISTRY = (
         example="torch_ddp.py",
         knobs=DDP_KNOBS,
         compared_with="horovod",
-        traffic=all_reduce_traffic("ddp_compression"),
+        traffic=ddp_traffic,
     ),
     FrameworkSpec(
         "torch-elastic",
@@ -349,7 +227,7 @@ REGISTRY = (
         knobs=(*DDP_KNOBS, *ELASTIC_KNOBS),
         compared_with="horovod",
         concept_evidence=(("elastic restart", ("save", "load")),),
-        traffic=all_reduce_traffic("ddp_compression"),
+        traffic=ddp_traffic,
         elastic=True,
     ),
     FrameworkSpec(
@@ -361,22 +239,7 @@ REGISTRY = (
         backend="trainscale.frameworks.torch.torch_ray:RayTrainDDP",
         requires="ray",
         example="torch_ray.py",
-        # Its workers run torch-ddp's step: DDP's knobs are its knobs too.
-        knobs=(
-            *DDP_KNOBS,
-            Setting(
-                "ray_max_failures",
-                int,
-                0,
-                "ray-train: FailureConfig(max_failures): how often a lost worker may restart "
-                "the worker group, from the state last reported through ray.train.report "
-                "(0: a lost worker ends the run)",
-                minimum=0,
-                axis=True,
-                group="faults",
-            ),
-            *ELASTIC_KNOBS,
-        ),
+        knobs=RAY_KNOBS,
         compared_with="horovod",
         # Ray joins the process group itself; the example asks Ray for the
         # rest (ScalingConfig, get_device, prepare_model, TorchTrainer).
@@ -386,7 +249,7 @@ REGISTRY = (
             ("gradient all-reduce", ("prepare_model",)),
             ("training engine", ("TorchTrainer",)),
         ),
-        traffic=all_reduce_traffic("ddp_compression"),
+        traffic=ddp_traffic,
         driver="trainscale.frameworks.torch.torch_ray:drive",
     ),
     FrameworkSpec(
@@ -400,7 +263,7 @@ REGISTRY = (
         example="torch_horovod.py",
         knobs=HOROVOD_KNOBS,
         compared_with="horovod",
-        traffic=all_reduce_traffic("horovod_compression"),
+        traffic=horovod_traffic,
     ),
     FrameworkSpec(
         "horovod-torch-elastic",
@@ -415,9 +278,9 @@ REGISTRY = (
         # driver): here one node, its ranks under the host's two names.
         one_node=True,
         knobs=(*HOROVOD_KNOBS, *ELASTIC_KNOBS),
-        compared_with="horovod",
+        compared_with="horovod-elastic",
         concept_evidence=(("elastic restart", ("elastic",)),),
-        traffic=all_reduce_traffic("horovod_compression"),
+        traffic=horovod_traffic,
         elastic=True,
     ),
     FrameworkSpec(
@@ -429,24 +292,14 @@ REGISTRY = (
         backend="trainscale.frameworks.torch.torch_fsdp:FullyShardedDataParallel",
         requires="torch",
         example="torch_fsdp.py",
-        knobs=(
-            Setting(
-                "fsdp_reshard_after_forward",
-                bool,
-                True,
-                "torch-fsdp: free each block's gathered parameters after forward and gather "
-                "them again in backward (off: keep them until backward)",
-                axis=True,
-                group="communication",
-            ),
-        ),
+        knobs=FSDP_KNOBS,
         compared_with="horovod",
         concept_evidence=(
             ("gradient all-reduce", ("fully_shard",)),
             ("sharded training state", ("fully_shard",)),
         ),
         traffic=fsdp_traffic,
-        check=_fsdp_refuses_channels_last,
+        check=fsdp_refuses_channels_last,
     ),
     FrameworkSpec(
         "deepspeed",
@@ -458,18 +311,7 @@ REGISTRY = (
         requires="deepspeed",
         example="torch_deepspeed.py",
         example_files=("ds_config.json",),
-        knobs=(
-            Setting(
-                "zero_stage",
-                int,
-                0,
-                "deepspeed: ZeRO's stage: 0 data parallel, 1 optimizer state, 2 and "
-                "gradients, 3 and parameters sharded over the replicas",
-                choices=(0, 1, 2, 3),
-                axis=True,
-                group="communication",
-            ),
-        ),
+        knobs=DEEPSPEED_KNOBS,
         compared_with="horovod",
         concept_evidence=(
             ("process group", ("init_distributed",)),
@@ -478,7 +320,24 @@ REGISTRY = (
             ("sharded training state", ("zero_optimization",)),
         ),
         traffic=zero_traffic,
-        check=_deepspeed_fp16_needs_a_gpu,
+        check=deepspeed_fp16_needs_a_gpu,
+    ),
+    FrameworkSpec(
+        "horovod-elastic",
+        "Horovod elastic (TensorFlow)",
+        "tensorflow",
+        "train_env",
+        HOROVOD_ELASTIC,
+        backend="trainscale.frameworks.tensorflow.tf_horovod_elastic:HorovodElasticBackend",
+        requires="horovod.tensorflow",
+        example="tf_horovod_elastic.py",
+        # As horovod-torch-elastic: one node, its ranks under the host's two
+        # names. Last: every other framework keeps its colour in the figures.
+        one_node=True,
+        knobs=(*HOROVOD_KNOBS, *ELASTIC_KNOBS),
+        concept_evidence=(("elastic restart", ("elastic",)),),
+        traffic=horovod_traffic,
+        elastic=True,
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)

@@ -1,0 +1,207 @@
+"""The knobs only some frameworks read, declared once each (trainscale.core.setting),
+and what a step moves where that reads them; the registry's entries name them
+(trainscale.study.registry).
+
+Nothing here imports TensorFlow or torch.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from trainscale.core.setting import Setting
+from trainscale.study.elastic_kinds import MIN_REPLICAS
+from trainscale.study.traffic import Traffic, all_reduce_traffic, sharded_traffic
+
+
+# What a step moves where that reads a framework's own knobs (beside their
+# declarations below); the rest is trainscale.study.traffic.
+def fsdp_traffic(settings: Mapping) -> Traffic:
+    # All-gather in forward, again in backward when forward resharded, and a
+    # reduce-scatter of the gradients.
+    passes = 3.0 if settings.get("fsdp_reshard_after_forward", True) else 2.0
+    return sharded_traffic(passes, "FSDP")(settings)
+
+
+# An all-reduce of the gradients, compressed as the framework's knob says.
+horovod_traffic = all_reduce_traffic("horovod_compression")
+ddp_traffic = all_reduce_traffic("ddp_compression")
+
+
+def zero_traffic(settings: Mapping) -> Traffic:
+    # ZeRO-0 all-reduces gradients; ZeRO-1/2 reduce-scatter them and
+    # all-gather the updated parameters (2 passes, as much as an all-reduce);
+    # ZeRO-3 all-gathers the parameters in forward and again in backward, and
+    # reduce-scatters the gradients (3). Rajbhandari et al., ZeRO, section 7.
+    stage = int(settings.get("zero_stage", 0))
+    if stage == 0:
+        return Traffic(2.0)
+    return sharded_traffic(3.0 if stage == 3 else 2.0, f"ZeRO-{stage}")(settings)
+
+
+HOROVOD_KNOBS = (
+    Setting(
+        "horovod_compression",
+        str,
+        "none",
+        "gradients on the wire: none, or fp16 (hvd.Compression.fp16)",
+        choices=("none", "fp16"),
+        axis=True,
+        group="communication",
+    ),
+    Setting(
+        "horovod_fusion_threshold_mb",
+        float,
+        64.0,
+        "Horovod's tensor fusion buffer (HOROVOD_FUSION_THRESHOLD); 0 turns fusion off",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+)
+
+
+def _nccl_needs_a_gpu(settings) -> str:
+    if settings.collective_implementation == "nccl" and settings.device != "gpu":
+        return "--collective-implementation nccl needs --device gpu"
+    return ""
+
+
+MULTIWORKER_KNOBS = (
+    Setting(
+        "collective_implementation",
+        str,
+        "auto",
+        "tf-multiworker's all-reduce: auto (NCCL on GPUs, RING on CPUs), ring or nccl",
+        choices=("auto", "ring", "nccl"),
+        axis=True,
+        group="communication",
+        check=_nccl_needs_a_gpu,
+    ),
+    Setting(
+        "all_reduce_pack_mb",
+        float,
+        0.0,
+        "tf-multiworker: all-reduce gradients in packs of this size "
+        "(CommunicationOptions.bytes_per_pack); 0: TensorFlow decides",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+)
+
+DDP_KNOBS = (
+    Setting(
+        "ddp_bucket_cap_mb",
+        float,
+        25.0,
+        "torch-ddp: all-reduce gradients in buckets of this size (bucket_cap_mb)",
+        minimum=0,
+        axis=True,
+        group="communication",
+        metavar="MB",
+    ),
+    Setting(
+        "ddp_compression",
+        str,
+        "none",
+        "torch-ddp: gradients on the wire: none, or fp16 (the fp16_compress_hook)",
+        choices=("none", "fp16"),
+        axis=True,
+        group="communication",
+    ),
+)
+
+
+ELASTIC_KNOBS = (
+    Setting(
+        "checkpoint_blocks",
+        int,
+        1,
+        "elastic frameworks: save the training state after every N timed blocks "
+        "(what a restart goes on from)",
+        minimum=1,
+        axis=True,
+        group="faults",
+        metavar="N",
+    ),
+)
+
+
+def fsdp_refuses_channels_last(settings) -> str:
+    if settings.channels_last:
+        # torch 2.13: "NotImplementedError: FSDP does not support non-contiguous parameters yet"
+        return "--channels-last: FSDP2 shards only contiguous parameters (torch 2.13)"
+    return ""
+
+
+def deepspeed_fp16_needs_a_gpu(settings) -> str:
+    if settings.precision == "fp16" and settings.device != "gpu":
+        # DeepSpeed 0.19.8's CPU accelerator: "Type fp16 is not supported on your device."
+        return "--precision fp16: DeepSpeed's CPU accelerator has no fp16 (use bf16, or a GPU)"
+    return ""
+
+
+# In table order: each ecosystem's baseline first.
+
+PS_KNOBS = (
+    Setting(
+        "ps_steps_per_function",
+        int,
+        4,
+        "tf-ps: worker steps in each function the coordinator schedules "
+        "(fewer round trips to the coordinator per step)",
+        minimum=1,
+        axis=True,
+        group="communication",
+    ),
+)
+
+
+FSDP_KNOBS = (
+    Setting(
+        "fsdp_reshard_after_forward",
+        bool,
+        True,
+        "torch-fsdp: free each block's gathered parameters after forward and gather "
+        "them again in backward (off: keep them until backward)",
+        axis=True,
+        group="communication",
+    ),
+)
+
+
+DEEPSPEED_KNOBS = (
+    Setting(
+        "zero_stage",
+        int,
+        0,
+        "deepspeed: ZeRO's stage: 0 data parallel, 1 optimizer state, 2 and "
+        "gradients, 3 and parameters sharded over the replicas",
+        choices=(0, 1, 2, 3),
+        axis=True,
+        group="communication",
+    ),
+)
+
+
+# Its workers run torch-ddp's step: DDP's knobs are its knobs too.
+RAY_KNOBS = (
+    *DDP_KNOBS,
+    Setting(
+        "ray_max_failures",
+        int,
+        0,
+        "ray-train: FailureConfig(max_failures): how often a lost worker may restart "
+        "the worker group, from the state last reported through ray.train.report "
+        "(0: a lost worker ends the run)",
+        minimum=0,
+        axis=True,
+        group="faults",
+    ),
+    *ELASTIC_KNOBS,
+    # With --ray-max-failures, a worker range: ScalingConfig(num_workers=(min, max)).
+    MIN_REPLICAS,
+)
