@@ -332,6 +332,21 @@ EXAMPLE_SGD = ["--optimizer", "sgd", "--learning-rate", "0.05", "--seed", EXAMPL
 EXAMPLE_LOSS_TOLERANCE = 1e-5
 
 
+def assert_horovod_elastic_went_on_alone(record: dict) -> None:
+    """A 2-rank Horovod elastic run of 6 blocks of 5 steps of 8 images, a commit
+    after each, rank 1 killed before step 12: the survivor caught Horovod's
+    error, restored the commit of step 10 in its own process (nothing
+    restarted) and trained alone, its host's other name blacklisted."""
+    recovery = record["recovery"]
+    print({k: v for k, v in recovery.items() if k != "world_sizes"})
+    assert recovery["detected_by"] == "HorovodInternalError"
+    assert recovery["steps_redone"] == 2
+    assert (recovery["world_size_before"], recovery["world_size_after"]) == (2, 1)
+    assert record["replicas"] == record["processes"] == 1
+    assert recovery["images_counted"] == (2 * 2 + 4 * 1) * 5 * 8
+    assert 0 < recovery["detection_seconds"] < recovery["recovery_seconds"] < 120
+
+
 def example_frameworks() -> list[str]:
     """Every framework of each ecosystem this Python runs at least one of."""
     from trainscale.study.registry import REGISTRY, missing_module

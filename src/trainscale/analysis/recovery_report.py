@@ -185,18 +185,18 @@ def write_recovery(paths: list[str], folder: str, figures: list[str]) -> None:
     """tables/recovery.* and goodput.* into `folder`, the timeline to `figures`."""
     from trainscale.analysis.rendering import write_table
 
+    def labelled(frame):
+        return frame.assign(framework=frame["framework"].map(label)) if len(frame) else frame
+
     rows = recovery_rows(paths)
     shown = rows.drop(columns=["record", "images_per_sec", "checkpoint_seconds",
                                "interval_seconds"], errors="ignore")  # fmt: skip
-    if not shown.empty:
-        shown = shown.assign(framework=shown["framework"].map(label))
     caption = "Recovery: what one fault cost each framework (trainscale.core.faults)"
-    write_table(shown, folder, RECOVERY, caption, LABELS, data=rows)
+    write_table(labelled(shown), folder, RECOVERY, caption, LABELS, data=rows)
     caption = (
         f"Expected goodput share at one failure every M minutes (Young's model; "
         f"a framework that starts over: a {JOB_HOURS:g} h job)"
     )
     goodput = goodput_table(rows)
-    shown = goodput.assign(framework=goodput["framework"].map(label)) if len(goodput) else goodput
-    write_table(shown, folder, GOODPUT, caption, LABELS, data=goodput)
+    write_table(labelled(goodput), folder, GOODPUT, caption, LABELS, data=goodput)
     plot_timeline(paths, figures)

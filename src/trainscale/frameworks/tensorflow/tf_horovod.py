@@ -11,11 +11,13 @@ import numpy as np
 
 from trainscale.frameworks.tensorflow.strategies import Framework, configure_host, require_gpus
 from trainscale.harness.backend import DeviceError, horovod_wire_compression, init_horovod
+from trainscale.study.elastic_kinds import world_size_error
 
 
 class Horovod(Framework):
     name = "horovod"
     loss_is_global = False
+    elastic = False  # whether the world may be smaller than the run's (tf_horovod_elastic)
 
     def setup(self) -> None:
         import horovod.tensorflow as hvd
@@ -23,7 +25,7 @@ class Horovod(Framework):
 
         self.hvd = hvd
         init_horovod(hvd, self.settings)
-        configure_host(self.settings, hvd.local_size())
+        configure_host(self.settings, self.processes_on_machine(hvd.local_size()))
         self.topology.num_processes, self.topology.process_index = hvd.size(), hvd.rank()
         if self.settings.device == "gpu":
             gpus = require_gpus(1, f"horovod rank {hvd.rank()}")
@@ -38,12 +40,12 @@ class Horovod(Framework):
             self.topology.devices = [f"/GPU:0 (physical {gpus[index].name})"]
         else:
             self.topology.devices = ["/CPU:0"]
-        if hvd.size() != self.settings.replicas:
-            raise DeviceError(
-                f"horovod was launched with {hvd.size()} ranks but the run asks for "
-                f"{self.settings.replicas} ({self.settings.nodes} nodes x "
-                f"{self.settings.gpus_per_node} per node)"
-            )
+        error = world_size_error(self.settings, hvd.size(), self.elastic)
+        if error:
+            raise DeviceError(error)
+
+    def processes_on_machine(self, local_size: int) -> int:
+        return local_size
 
     def make_iterator(self, dataset_fn):
         return iter(dataset_fn(self.hvd.rank(), self.hvd.size(), self.settings.batch_size))

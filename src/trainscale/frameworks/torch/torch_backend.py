@@ -39,6 +39,7 @@ from trainscale.harness.backend import Backend, DeviceError, horovod_versions
 from trainscale.harness.data import numpy_batches, synthetic_batch
 from trainscale.harness.flops import TRAINING_OVER_FORWARD
 from trainscale.harness.torch_models import build_torch_model
+from trainscale.study.elastic_kinds import world_size_error
 from trainscale.study.settings import cpu_share
 
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -72,17 +73,10 @@ class TorchBackend(Backend):
             self.scaler.update()
 
     def check_world_size(self, ranks: int) -> None:
-        """Refuse a world that is not the run's (an elastic one may have shrunk
-        to --min-replicas)."""
-        s = self.settings
-        if self.elastic and s.min_replicas <= ranks <= s.replicas:
-            return
-        if ranks != s.replicas:
-            raise DeviceError(
-                f"{s.framework} was launched with {ranks} ranks but the "
-                f"run asks for {s.replicas} ({s.nodes} nodes x {s.gpus_per_node} per node)"
-                + (f", at least {s.min_replicas} (--min-replicas)" if self.elastic else "")
-            )
+        """Refuse a world that is not the run's (an elastic one may have shrunk)."""
+        error = world_size_error(self.settings, ranks, self.elastic)
+        if error:
+            raise DeviceError(error)
 
     # Each rank's loss is multiplied by this before backward (see the docstring).
     gradient_scale = 1.0
@@ -228,8 +222,10 @@ class TorchBackend(Backend):
 
     def skip_trained_batches(self, timed_steps: int) -> None:
         """Advance the batches past what warm-up and `timed_steps` trained on:
-        an elastic framework's restored state goes on with the batch it was at."""
-        for _ in range(self.settings.warmup_steps + timed_steps):
+        an elastic framework's restored state goes on with the batch it was at
+        (accuracy mode has no warm-up)."""
+        s = self.settings
+        for _ in range((s.warmup_steps if s.mode != "accuracy" else 0) + timed_steps):
             next(self.batches)
 
     def step(self):

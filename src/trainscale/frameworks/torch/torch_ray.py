@@ -11,7 +11,9 @@ worker's block times and writes the record, as torch-ddp's rank 0 does, so
 any difference from torch-ddp is Ray's.
 
 Fault tolerance is off unless --ray-max-failures says how often a lost
-worker may restart the worker group (FailureConfig(max_failures)). Then each
+worker may restart the worker group (FailureConfig(max_failures)), with as
+many workers as the cluster still has room for, --min-replicas at least
+(ScalingConfig's worker range: Ray 2.60's elastic training). Then each
 worker reports the training state through ray.train.report every
 --checkpoint-blocks blocks, and a restarted worker goes on from
 ray.train.get_checkpoint(), as Ray Train's fault-tolerance guide teaches.
@@ -35,6 +37,7 @@ import time
 
 from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
 from trainscale.frameworks.torch.torch_elastic import ElasticDistributedDataParallel as Elastic
+from trainscale.study.elastic_kinds import worker_range
 
 # Ray's sockets live below its temp folder, and a Unix socket path has at
 # most 107 bytes: a run folder deeper than this is reached by a short link.
@@ -73,7 +76,10 @@ class RayTrainDDP(DistributedDataParallel):
             return Elastic.restore_state(self, os.path.join(folder, "state.pt"))
 
     def framework_config(self) -> dict:
-        return {"max_failures": self.settings.ray_max_failures}
+        return {
+            "max_failures": self.settings.ray_max_failures,
+            "num_workers": _workers(self.settings),
+        }
 
     def connect(self) -> int:
         import torch.distributed as dist
@@ -128,7 +134,7 @@ def _trainer(settings, options, folder: str):
             timeout_s=int(options.collective_timeout or 1800),
         ),
         scaling_config=ScalingConfig(
-            num_workers=settings.replicas, use_gpu=settings.device == "gpu"
+            num_workers=_workers(settings), use_gpu=settings.device == "gpu"
         ),
         run_config=RunConfig(
             name="trainscale",
@@ -136,6 +142,14 @@ def _trainer(settings, options, folder: str):
             failure_config=FailureConfig(max_failures=settings.ray_max_failures),
         ),
     )
+
+
+def _workers(settings) -> int | tuple[int, int]:
+    """ScalingConfig's num_workers: fault-tolerant, a range (Train V2's
+    elastic scaling: a restart starts as many workers as the cluster's
+    resources allow, --min-replicas at least); else the run's replicas."""
+    fewest, most = worker_range(settings)
+    return (fewest, most) if settings.ray_max_failures and fewest < most else most
 
 
 def _head_address(head: str) -> str:
