@@ -51,6 +51,9 @@ _FAULT = re.compile(
     r"(?:-for(?P<duration>\d+(?:\.\d+)?)s)?$"
 )
 FAULT_FORMS = "none, kill-rank1-step40, kill-node1-step40, stop-rank1-at20s-for10s"
+# cluster.node_fault_command, in the job's environment where a node fault is
+# due: how the cluster loses a node ({node}: SLURM's name of it).
+NODE_FAULT_COMMAND = "TRAINSCALE_NODE_FAULT_COMMAND"
 
 
 @dataclass(frozen=True)
@@ -160,9 +163,29 @@ def inject(fault: Fault, timeline: Timeline, step: int, world_size: int) -> None
         os.kill(me, signal.SIGSTOP)
         timeline.write("fault_ended", step=step, world_size=world_size)
         return
-    if fault.target == "node" and os.environ.get("TORCHELASTIC_RUN_ID"):
-        os.kill(os.getppid(), signal.SIGKILL)  # torchrun's agent: the node's own launcher
+    if fault.target == "node":
+        lose_node()
     os.kill(me, signal.SIGKILL)
+
+
+def lose_node() -> None:
+    """The node this process runs on goes down: under SLURM, the cluster's
+    node_fault_command (every process of the node dies, this one too); else
+    torchrun's agent, the node's own launcher, where it started this process."""
+    command, node = os.environ.get(NODE_FAULT_COMMAND), os.environ.get("SLURMD_NODENAME")
+    if command and node:
+        # Its own session: the command outlives this process, which it kills.
+        # (Its output nowhere: the pipes this process writes to die with the node.)
+        subprocess.Popen(
+            ["sh", "-c", command.replace("{node}", node)],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(60)  # (killed meanwhile; else the fault goes on below)
+        print(f"[trainscale] {command!r} left node {node} up", file=sys.stderr)
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        os.kill(os.getppid(), signal.SIGKILL)
 
 
 class Injector:
@@ -191,7 +214,7 @@ def _first(events: list[dict], names: tuple[str, ...], after: float) -> dict | N
     return next((e for e in events if e["event"] in names and e["time"] > after), None)
 
 
-def _first_timed_step(events: list[dict]) -> float | None:
+def first_timed_step(events: list[dict]) -> float | None:
     """When the first timed step began: every wall time of the summary counts from it."""
     return next((e["time"] for e in events if e["event"] == "timed_start"), None)
 
@@ -199,7 +222,7 @@ def _first_timed_step(events: list[dict]) -> float | None:
 def block_series(events: list[dict]) -> list[dict]:
     """Each timed block as the chief saw it end, in wall time from the first
     timed step: the timeline figure's points (a block redone appears twice)."""
-    origin = _first_timed_step(events)
+    origin = first_timed_step(events)
     if origin is None:
         return []
     return [
@@ -217,7 +240,7 @@ def block_series(events: list[dict]) -> list[dict]:
 def goodput(events: list[dict]) -> dict:
     """Images of the blocks that count over the wall time from the first timed
     step to the last block's end (recovery, checkpoints and restarts included)."""
-    origin = _first_timed_step(events)
+    origin = first_timed_step(events)
     blocks = [e for e in events if e["event"] == "block_done"]
     if origin is None or not blocks:
         return {"goodput_images_per_sec": None, "wall_seconds": None}
@@ -250,7 +273,7 @@ def recovery_summary(events: list[dict]) -> dict:
     if fault is None:
         return {**summary, "fault_injected": False}
     at = fault["time"]
-    origin = _first_timed_step(events) or at
+    origin = first_timed_step(events) or at
     seen = _first(events, ("detected", "start", "restored", "resumed"), at)
     restart = _first(events, ("start",), at) or _first(events, ("restored",), at)
     restored = _first(events, ("restored",), at)

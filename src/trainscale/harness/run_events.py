@@ -100,9 +100,12 @@ class RunEvents:
         if self.chief:
             self.timeline.write("timed_start", step=step, world_size=self.world_size)
 
-    def block_done(self, block: int, steps_done: int, images: int, seconds: float) -> None:
-        """Note the block (the chief); save an elastic framework's state where
-        due (every process: each has its random state to keep)."""
+    def block_done(
+        self, block: int, steps_done: int, images: int, seconds: float, **fields
+    ) -> None:
+        """Note the block (the chief), with `fields` (an epoch's curve point);
+        save an elastic framework's state where due (every process: each has
+        its random state to keep)."""
         if self.chief:
             self.timeline.write(
                 "block_done",
@@ -111,6 +114,7 @@ class RunEvents:
                 images=images,
                 seconds=seconds,
                 world_size=self.world_size,
+                **fields,
             )
         if self.elastic and (block + 1) % self.backend.settings.checkpoint_blocks == 0:
             clock = time.monotonic()
@@ -118,6 +122,19 @@ class RunEvents:
             if self.chief:
                 seconds = time.monotonic() - clock
                 self.timeline.write("checkpoint", step=steps_done, seconds=seconds)
+
+    def curve_before(self, epoch: int) -> list[dict]:
+        """Accuracy mode: the curve of the epochs before `epoch`, as the chief
+        noted them (a restart's; the last time each epoch was trained)."""
+        if not epoch:
+            return []
+        noted = {e["block"]: e["curve"] for e in self.timeline.read() if "curve" in e}
+        return [noted[block] for block in range(epoch)]
+
+    def seconds_since_timed_start(self) -> float:
+        """Wall seconds since the grid point's first timed step (a restart's clock)."""
+        started = faults.first_timed_step(self.timeline.read())
+        return time.time() - started if started is not None else 0.0
 
     def summary(self) -> dict:
         """The record's `recovery` and `timeline` (the chief's, at the end)."""

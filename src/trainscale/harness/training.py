@@ -9,27 +9,23 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import sys
 import time
 
 import numpy as np
 
 from trainscale.core import records
-from trainscale.core.accuracy import learning_rate, peak_learning_rate, time_to_target
 from trainscale.core.gpu_monitor import GpuMonitor, combine, nvml_monitor
 from trainscale.core.timing import BlockBudget, BlockTimes, Stopwatch
 from trainscale.harness.backend import Backend, require_cuda_devices
+from trainscale.harness.epochs import train_epochs
 from trainscale.harness.flops import utilisation
+from trainscale.harness.progress import log, who
 from trainscale.harness.run_events import RunEvents
 from trainscale.study.settings import RunOptions, RunSettings
 
 
 class OutOfMemory(Exception):
     """The device (or host) ran out of memory: a result of the grid point, not a crash."""
-
-
-def log(message: str) -> None:
-    print(f"[trainscale] {message}", file=sys.stderr, flush=True)
 
 
 def process_age() -> float:
@@ -99,10 +95,10 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         initial_weights = backend.trainable_weights() if options.save_weights else None
         if settings.mode == "accuracy":
             backend.compile_untouched()
-        else:
-            # An elastic framework's restart goes on from its saved state,
-            # with no warm-up: what it costs is the recovery's.
-            first_step = events.restore()
+        # An elastic framework's restart goes on from its saved state, with
+        # no warm-up: what it costs is the recovery's.
+        first_step = events.restore()
+        if settings.mode != "accuracy":
             loss_value = float("nan") if first_step else _warm_up(backend, events)
         timing = {
             "startup_seconds": clock.elapsed(),
@@ -110,7 +106,9 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         }
         monitor = start_gpu_monitor(settings)
         if settings.mode == "accuracy":
-            blocks, measured = _epochs(backend)
+            blocks, measured = backend.run_blocks(
+                lambda step: train_epochs(backend, events, step), first_step
+            )
         else:
             blocks, loss_value = backend.run_blocks(
                 lambda step: _timed_blocks(backend, loss_value, events, step), first_step
@@ -143,21 +141,17 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         np.savez(options.save_weights, **arrays)
     backend.close()
     log(
-        f"{_who(settings)}: {record['images_per_sec']['mean']:.1f} ± "
+        f"{who(settings)}: {record['images_per_sec']['mean']:.1f} ± "
         f"{record['images_per_sec']['std']:.1f} img/s total over {record['blocks']} blocks"
     )
     return record
-
-
-def _who(settings: RunSettings) -> str:
-    return f"{settings.framework} {settings.model} {settings.replicas} replica(s)"
 
 
 def _warm_up(backend: Backend, events: RunEvents) -> float:
     """The untimed steps: tracing or compiling, and Horovod-TF's broadcast after step 1."""
     settings = backend.settings
     if backend.topology.is_chief:
-        log(f"{_who(settings)}: warm-up, {settings.warmup_steps} step(s)")
+        log(f"{who(settings)}: warm-up, {settings.warmup_steps} step(s)")
     for step in range(settings.warmup_steps):
         # The last warm-up step is watched for the collectives it runs.
         last = step == settings.warmup_steps - 1
@@ -203,7 +197,7 @@ def _timed_blocks(
             loss_value = float(gathered[:, 1].sum())
         if topology.is_chief:
             log(
-                f"{_who(settings)}: block {block + 1}/{settings.blocks} "
+                f"{who(settings)}: block {block + 1}/{settings.blocks} "
                 f"{total:.1f} img/s total, {total / settings.replicas:.1f} per replica, "
                 f"{seconds / settings.steps_per_block * 1000:.1f} ms/step, "
                 f"loss {loss_value:.4f}"
@@ -211,81 +205,6 @@ def _timed_blocks(
         if budget.done_after(float(gathered[:, 2].max())) and events.bounded_by_time:
             break
     return blocks, loss_value
-
-
-def _epochs(backend: Backend) -> tuple[BlockTimes, dict]:
-    """Accuracy mode: train epoch by epoch, evaluating on the test split at
-    each epoch's end, until the target or --epochs (trainscale.core.accuracy)."""
-    s, topology = backend.settings, backend.topology
-    steps = backend.train_examples // s.global_batch_size
-    if steps < 1:
-        raise ValueError(
-            f"the training split's {backend.train_examples} examples hold no global batch "
-            f"of {s.global_batch_size}"
-        )
-    # An epoch is a block of the throughput statistics (timing.BlockTimes).
-    epochs = BlockTimes(
-        images_per_block=s.batch_size * topology.replicas_in_process * steps,
-        replicas_in_process=topology.replicas_in_process,
-        steps_per_block=steps,
-    )
-    curve, rate = [], None
-    clock = Stopwatch()  # starts before the first step touches the data
-    for epoch in range(s.epochs):
-        epoch_clock = Stopwatch()
-        for step in range(steps):
-            wanted = learning_rate(
-                s.learning_rate, s.replicas, s.lr_scaling, s.warmup_epochs, epoch + step / steps
-            )
-            if wanted != rate:
-                backend.set_learning_rate(wanted)
-                rate = wanted
-            loss = backend.step()  # (TensorFlow's first step ran in compile_untouched)
-        loss_value = backend.read_loss(loss)
-        seconds = epoch_clock.elapsed()
-        own = np.array([epochs.local_rate(seconds), loss_value, seconds])
-        # One collective: every process's test share and its epoch's numbers.
-        gathered = backend.gather_rows(np.concatenate([backend.evaluate(), own]))
-        wall = clock.elapsed()
-        loss_sum, correct, examples = gathered[:, :3].sum(axis=0)
-        total = epochs.add(seconds, gathered[:, 3])
-        curve.append(
-            {
-                "epoch": epoch + 1,
-                "wall_seconds": wall,
-                "train_seconds": float(gathered[:, 5].max()),
-                "images_per_sec": total,
-                "train_loss": loss_value if backend.loss_is_global else float(gathered[:, 4].sum()),
-                "test_loss": float(loss_sum / examples),
-                "test_accuracy": float(correct / examples),
-                "learning_rate": rate,
-            }
-        )
-        if topology.is_chief:
-            log(
-                f"{_who(s)}: epoch {epoch + 1}/{s.epochs} {total:.1f} img/s, test accuracy "
-                f"{correct / examples:.4f}, loss {loss_sum / examples:.4f}, at {wall:.1f} s"
-            )
-        if 0 < s.target_accuracy <= curve[-1]["test_accuracy"]:
-            break
-    seconds, epochs_to_target = time_to_target(curve, s.target_accuracy)
-    return epochs, {
-        "mode": "accuracy",
-        "final_loss": curve[-1]["train_loss"],
-        "train_examples": backend.train_examples,
-        "test_examples": int(examples),
-        "steps_per_epoch": steps,
-        "epochs_run": len(curve),
-        # The whole run on the clock: to the target, or through every epoch.
-        "training_seconds": curve[-1]["wall_seconds"],
-        "target_accuracy": s.target_accuracy or None,
-        "time_to_target_seconds": seconds,
-        "epochs_to_target": epochs_to_target,
-        "final_test_accuracy": curve[-1]["test_accuracy"],
-        "final_test_loss": curve[-1]["test_loss"],
-        "peak_learning_rate": peak_learning_rate(s.learning_rate, s.replicas, s.lr_scaling),
-        "curve": curve,
-    }
 
 
 def _record(
