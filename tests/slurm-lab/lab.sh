@@ -5,8 +5,9 @@
 #   tests/slurm-lab/lab.sh up [NODES]     start it (default 2 compute nodes)
 #   tests/slurm-lab/lab.sh down           stop everything it started, remove its network
 #   tests/slurm-lab/lab.sh status
-#   tests/slurm-lab/lab.sh kill-node I    every process of node I dies (a crash)
+#   tests/slurm-lab/lab.sh kill-node I    every process of node I dies (a crash); I or nodeI
 #   tests/slurm-lab/lab.sh revive-node I  start node I's slurmd again
+#   tests/slurm-lab/lab.sh reboot-node I S  node I crashes, and is back S seconds later
 #
 # What it builds:
 # - munged, MariaDB, slurmdbd (accounting: `sacct` works, as on real clusters),
@@ -324,8 +325,15 @@ remove_cgroups() { # remove_cgroups NAME_GLOB: the cgroup trees slurmd made, onc
 
 kill_node() { # kill_node I: every process of node I dies at once, as in a crash
   local pids
-  pids=$(ip netns pids "tslab-node$1" || true)
-  [ -n "$pids" ] && kill -9 $pids
+  # Not this script: a process on the node may call it (cluster.node_fault_command);
+  # out of the job's cgroups, too, so that they can be removed below.
+  local procs
+  for procs in /sys/fs/cgroup/*/cgroup.procs; do
+    [ -e "$procs" ] && { echo $$ >"$procs"; } 2>/dev/null || true
+  done
+  pids=$(ip netns pids "tslab-node$1" | grep -vx "$$" || true)
+  # (A short-lived one, such as `ip` above, may have gone.)
+  if [ -n "$pids" ]; then kill -9 $pids 2>/dev/null || true; fi
   rm -f "$LAB_DIR/slurmd-node$1.pid"
   # A rebooted node starts with no cgroups; stale ones would clash with the
   # next job given the same ID.
@@ -341,6 +349,12 @@ revive_node() { # revive_node I: a fresh slurmd on node I, back in service
   log "node$1: back"
 }
 
+reboot_node() { # reboot_node I SECONDS: node I crashes, and is back SECONDS later
+  kill_node "$1"
+  sleep "$2"
+  revive_node "$1"
+}
+
 status() {
   scontrol ping && sinfo -N && squeue
 }
@@ -349,7 +363,8 @@ case "${1:-}" in
   up) up "${2:-2}" ;;
   down) down ;;
   status) status ;;
-  kill-node) kill_node "${2:?node number}" ;;
-  revive-node) revive_node "${2:?node number}" ;;
-  *) echo "usage: $0 up [NODES] | down | status | kill-node I | revive-node I" >&2; exit 2 ;;
+  kill-node) kill_node "${2#node}" ;;   # I, or its name nodeI
+  revive-node) revive_node "${2#node}" ;;
+  reboot-node) reboot_node "${2#node}" "${3:?seconds down}" ;;
+  *) echo "usage: $0 up [NODES] | down | status | kill-node I | revive-node I | reboot-node I S" >&2; exit 2 ;;
 esac

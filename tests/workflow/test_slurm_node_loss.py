@@ -7,14 +7,18 @@ Its SLURM plugin (2.8.0) cannot tell which node of the job failed and leaves
 them all out of later submissions: the retry of a 2-node job needs 2 more.
 One job, two attempts, a node lost under each: the retry and the record of
 a point lost on its last attempt in one Snakemake run (one test, not two).
+And an elastic job (torch-elastic) that a node fault takes a node from: it
+goes on, on the node left (tests/slurm-lab/faults.yaml has the study).
 """
 
+import json
 import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import SNAKEMAKE, copy_repository, start_snakemake
 from test_slurm import LAB, _lab_is_up, profile_args, records, study_config
 
@@ -121,3 +125,45 @@ def test_a_lost_node_fails_the_job_the_retry_runs_elsewhere_and_its_loss_is_reco
     assert "rule train:" not in again.stdout + again.stderr
     table = Path(repo, f"results/{study}/tables/table2.md").read_text()
     assert "FAILED" in table, table
+
+
+def faults_study(frameworks: list[str]) -> dict:
+    """tests/slurm-lab/faults.yaml for `frameworks`, the node fault alone."""
+    with open(Path(__file__).parents[1] / "slurm-lab" / "faults.yaml") as handle:
+        config = yaml.safe_load(handle)
+    config["grid"].update(framework=frameworks, fault=["kill-node1-step12"])
+    # (The repository's copy has no tests/: the lab's script where it is.)
+    command = config["cluster"]["node_fault_command"]
+    config["cluster"]["node_fault_command"] = command.replace("tests/slurm-lab/lab.sh", LAB)
+    return config
+
+
+def test_a_lost_node_leaves_an_elastic_run_on_the_node_left(lab4, tmp_path):
+    # The node fault runs the lab's node_fault_command on the job's second
+    # node: every process there dies, its slurmd too, and SLURM declares it
+    # down. The job was submitted --no-kill: torchrun's agent on the first
+    # node goes on alone from the last checkpoint, and the job succeeds.
+    repo = copy_repository(str(tmp_path / "repo"))
+    study = "slurm-lab-faults"
+    args = profile_args(repo, "faults.yaml", faults_study(["torch-elastic"]))
+    try:
+        run = subprocess.run(
+            [SNAKEMAKE, *args], cwd=repo, capture_output=True, text=True, timeout=600
+        )
+    finally:
+        for node in (1, 2, 3, 4):  # back, if its reboot is still under way
+            subprocess.run([LAB, "revive-node", str(node)], capture_output=True, timeout=120)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    [record] = records(repo, study).values()
+    recovery = record["recovery"]
+    print({k: v for k, v in recovery.items() if k != "world_sizes"})
+    assert record["status"] == "ok" and recovery["fault_injected"]
+    assert (recovery["world_size_before"], recovery["world_size_after"]) == (2, 1)
+    assert [w["world_size"] for w in recovery["world_sizes"]] == [2, 1]
+    assert recovery["steps_redone"] == 2  # saved after step 10
+    # The record's hosts are the world it ended with: the first node alone.
+    first = record["provenance"]["hosts"]
+    assert len(first) == 1 and record["replicas"] == 1
+    timeline = Path(repo, "results", study, "runs").rglob("*.timeline.jsonl")
+    hosts = {json.loads(line)["host"] for path in timeline for line in path.open()}
+    assert len(hosts) == 2 and first[0] in hosts  # both nodes wrote, one went on

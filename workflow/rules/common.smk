@@ -21,6 +21,7 @@ from trainscale.study.study import (
     environment_prefix,
     job_shape,
     network_environment,
+    train_environment,
     node_environment_check,
     record_path,
     run_settings,
@@ -221,10 +222,10 @@ def point_of(wildcards):
     return point
 
 
-def network_prefix(wildcards):
-    """`env NAME=VALUE ... ` for a train job's network ('' for the default route)."""
-    network = run_settings(config, point_of(wildcards)).network
-    return environment_prefix(network_environment(config, network))
+def train_environment_prefix(wildcards):
+    """`env NAME=VALUE ... ` for a train job: its network's, and how a node
+    fault loses the node ('' for neither)."""
+    return environment_prefix(train_environment(config, point_of(wildcards)))
 
 
 def shape(wildcards):

@@ -42,8 +42,9 @@ rule train:
         # cluster.environment_check: node: the node's own check, first.
         node_check=node_check(trainscale_command),
         # The network's environment (cluster.networks): srun and mpirun pass
-        # it to every rank, and it selects the interface each library uses.
-        network=network_prefix,
+        # it to every rank, and it selects the interface each library uses;
+        # and cluster.node_fault_command, where the point's fault loses a node.
+        environment=train_environment_prefix,
         options=lambda wildcards: train_arguments(config, point_of(wildcards)),
         gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
         timeout=config["benchmark"]["timeout_seconds"],
@@ -52,7 +53,7 @@ rule train:
         # log's tail) so that collect, tables and figures go on without it.
         attempts=TRAIN_RETRIES + 1,
     shell:
-        "exec > {log} 2>&1; {params.node_check}{params.network}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --collective-timeout {params.collective_timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record}"
+        "exec > {log} 2>&1; {params.node_check}{params.environment}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --collective-timeout {params.collective_timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record}"
 
 
 rule write_digits:

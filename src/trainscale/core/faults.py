@@ -34,6 +34,7 @@ Pure Python: no TensorFlow, no torch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -176,14 +177,16 @@ def lose_node() -> None:
     if command and node:
         # Its own session: the command outlives this process, which it kills.
         # (Its output nowhere: the pipes this process writes to die with the node.)
-        subprocess.Popen(
+        losing = subprocess.Popen(
             ["sh", "-c", command.replace("{node}", node)],
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(60)  # (killed meanwhile; else the fault goes on below)
-        print(f"[trainscale] {command!r} left node {node} up", file=sys.stderr)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            losing.wait(timeout=60)  # (killed meanwhile, unless the command failed)
+        state = f"exit {losing.returncode}" if losing.returncode is not None else "running"
+        print(f"[trainscale] {command!r} left node {node} up ({state})", file=sys.stderr)
     if os.environ.get("TORCHELASTIC_RUN_ID"):
         os.kill(os.getppid(), signal.SIGKILL)
 

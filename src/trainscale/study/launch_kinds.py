@@ -103,6 +103,8 @@ class LaunchKind:
     # Which host runs which rank: srun's task order (node by node), unless
     # the framework's own scheduler places its workers (Ray).
     ranks_in_task_order = True
+    # sbatch options the job needs beyond its shape (slurm_extra).
+    job_options: tuple[str, ...] = ()
 
     def probe_transport(self, settings) -> str:
         """The communication library this kind's ranks exchange gradients over,

@@ -28,6 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass, fields
 
+from trainscale.core.faults import NODE_FAULT_COMMAND, parse_fault
 from trainscale.core.records import NODE_CHECK_FAILED
 from trainscale.study.registry import FRAMEWORKS, framework_spec
 from trainscale.study.settings import (
@@ -349,6 +350,18 @@ def network_environment(config: dict, network: str) -> dict[str, str]:
     return {name: str(value) for name, value in definition["environment"].items()}
 
 
+def train_environment(config: dict, point: GridPoint) -> dict[str, str]:
+    """The environment a grid point's job runs with: its network's, and the
+    cluster's way of losing a node where the point's fault takes one."""
+    settings = run_settings(config, point)
+    environment = network_environment(config, settings.network)
+    command = (config.get("cluster") or {}).get("node_fault_command")
+    fault = parse_fault(settings.fault)
+    if command and fault and fault.target == "node":
+        environment[NODE_FAULT_COMMAND] = command
+    return environment
+
+
 def environment_prefix(environment: dict[str, str]) -> str:
     """`env NAME=VALUE ... ` to put before a shell command ('' for none)."""
     if not environment:
@@ -432,6 +445,9 @@ def slurm_resources(config: dict, point: GridPoint, attempt: int = 1) -> dict:
         "qos": cluster.get("qos") or None,
         # The plugin names every job of a run alike (its run ID): a singleton
         # starts once the one before it has ended.
-        "slurm_extra": "--dependency=singleton" if cluster.get("one_job_at_a_time") else "",
+        "slurm_extra": " ".join(
+            [*framework_spec(point.framework).launch.job_options]
+            + (["--dependency=singleton"] if cluster.get("one_job_at_a_time") else [])
+        ),
     }
     return resources
