@@ -179,6 +179,9 @@ def lose_node() -> None:
         # (Its output nowhere: the pipes this process writes to die with the node.)
         losing = subprocess.Popen(
             ["sh", "-c", command.replace("{node}", node)],
+            # From where the job was submitted (the study's folder): a Ray
+            # worker runs in a folder of Ray's.
+            cwd=os.environ.get("SLURM_SUBMIT_DIR"),
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -86,9 +86,12 @@ class TorchElastic(LaunchKind):
 
     name = "torchrun-elastic"
     settings = (MIN_REPLICAS,)
-    # SLURM ends a job whose node fails unless it was submitted --no-kill:
-    # the agents on the other nodes would go with it.
-    job_options = ("--no-kill",)
+
+    def job_options(self, settings) -> tuple[str, ...]:
+        # SLURM ends a job whose node fails unless it was submitted --no-kill:
+        # the agents on the other nodes would go with it.
+        return ("--no-kill",)
+
     ranks_in_task_order = False  # the rendezvous ranks the agents as they join
     one_node = (
         "torchrun --nnodes=1:4 --nproc-per-node=1 --rdzv-backend=c10d "

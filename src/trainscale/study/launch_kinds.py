@@ -103,8 +103,10 @@ class LaunchKind:
     # Which host runs which rank: srun's task order (node by node), unless
     # the framework's own scheduler places its workers (Ray).
     ranks_in_task_order = True
-    # sbatch options the job needs beyond its shape (slurm_extra).
-    job_options: tuple[str, ...] = ()
+
+    def job_options(self, settings) -> tuple[str, ...]:
+        """sbatch options the job needs beyond its shape (slurm_extra)."""
+        return ()
 
     def probe_transport(self, settings) -> str:
         """The communication library this kind's ranks exchange gradients over,
@@ -313,6 +315,11 @@ class RayDriver(OneProcess):
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         return [Process(command, QUIET_RAY)]
 
+    def job_options(self, settings) -> tuple[str, ...]:
+        # With --ray-max-failures, Ray restarts its workers on the nodes left:
+        # SLURM must not end the job, nor srun the step, when one fails.
+        return ("--no-kill",) if settings.ray_max_failures else ()
+
     def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
         # One task per node (processes_per_node): each starts its node's Ray,
         # the first the head, at a port of this job's own (slurm_port_base + 1:
@@ -322,7 +329,9 @@ class RayDriver(OneProcess):
         port = slurm.slurm_port_base(os.environ["SLURM_JOB_ID"]) + 1
         head = f"{slurm.job_hosts()[0]}:{port}"
         token = secrets.token_hex(32)
-        return [], {"TRAINSCALE_RAY_HEAD": head, "RAY_AUTH_TOKEN": token, **QUIET_RAY}
+        # (After srun's own --kill-on-bad-exit=1: the last one counts.)
+        survive = ["--kill-on-bad-exit=0", "--no-kill"] if settings.ray_max_failures else []
+        return survive, {"TRAINSCALE_RAY_HEAD": head, "RAY_AUTH_TOKEN": token, **QUIET_RAY}
 
     two_nodes = (
         "ray start --head --port=6379 (node1); ray start --address=node1:6379 "

@@ -446,7 +446,7 @@ def slurm_resources(config: dict, point: GridPoint, attempt: int = 1) -> dict:
         # The plugin names every job of a run alike (its run ID): a singleton
         # starts once the one before it has ended.
         "slurm_extra": " ".join(
-            [*framework_spec(point.framework).launch.job_options]
+            [*framework_spec(point.framework).launch.job_options(run_settings(config, point))]
             + (["--dependency=singleton"] if cluster.get("one_job_at_a_time") else [])
         ),
     }
