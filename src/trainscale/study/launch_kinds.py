@@ -315,10 +315,15 @@ class RayDriver(OneProcess):
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         return [Process(command, QUIET_RAY)]
 
+    @staticmethod
+    def max_failures(settings) -> int:
+        """How often Ray may restart the worker group (ray-train's knob)."""
+        return settings.ray_max_failures
+
     def job_options(self, settings) -> tuple[str, ...]:
         # With --ray-max-failures, Ray restarts its workers on the nodes left:
         # SLURM must not end the job, nor srun the step, when one fails.
-        return ("--no-kill",) if settings.ray_max_failures else ()
+        return ("--no-kill",) if self.max_failures(settings) else ()
 
     def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
         # One task per node (processes_per_node): each starts its node's Ray,
@@ -330,7 +335,7 @@ class RayDriver(OneProcess):
         head = f"{slurm.job_hosts()[0]}:{port}"
         token = secrets.token_hex(32)
         # (After srun's own --kill-on-bad-exit=1: the last one counts.)
-        survive = ["--kill-on-bad-exit=0", "--no-kill"] if settings.ray_max_failures else []
+        survive = ["--kill-on-bad-exit=0", "--no-kill"] if self.max_failures(settings) else []
         return survive, {"TRAINSCALE_RAY_HEAD": head, "RAY_AUTH_TOKEN": token, **QUIET_RAY}
 
     two_nodes = (

@@ -38,6 +38,7 @@ import time
 from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
 from trainscale.frameworks.torch.torch_elastic import ElasticDistributedDataParallel as Elastic
 from trainscale.study.elastic_kinds import worker_range
+from trainscale.study.launch_kinds import RAY
 
 # Ray's sockets live below its temp folder, and a Unix socket path has at
 # most 107 bytes: a run folder deeper than this is reached by a short link.
@@ -50,7 +51,7 @@ class RayTrainDDP(DistributedDataParallel):
 
     @property
     def elastic(self) -> bool:
-        return self.settings.ray_max_failures > 0
+        return RAY.max_failures(self.settings) > 0
 
     def save_state(self, path: str, steps: int) -> None:
         from ray.train import Checkpoint, report
@@ -77,7 +78,7 @@ class RayTrainDDP(DistributedDataParallel):
 
     def framework_config(self) -> dict:
         return {
-            "max_failures": self.settings.ray_max_failures,
+            "max_failures": RAY.max_failures(self.settings),
             "num_workers": _workers(self.settings),
         }
 
@@ -139,7 +140,7 @@ def _trainer(settings, options, folder: str):
         run_config=RunConfig(
             name="trainscale",
             storage_path=os.path.join(folder, "results"),
-            failure_config=FailureConfig(max_failures=settings.ray_max_failures),
+            failure_config=FailureConfig(max_failures=RAY.max_failures(settings)),
         ),
     )
 
@@ -149,7 +150,7 @@ def _workers(settings) -> int | tuple[int, int]:
     elastic scaling: a restart starts as many workers as the cluster's
     resources allow, --min-replicas at least); else the run's replicas."""
     fewest, most = worker_range(settings)
-    return (fewest, most) if settings.ray_max_failures and fewest < most else most
+    return (fewest, most) if RAY.max_failures(settings) and fewest < most else most
 
 
 def _head_address(head: str) -> str:
