@@ -178,7 +178,11 @@ start_mariadb() {
     echo $! >"$LAB_DIR/mariadb.pid"
     wait_for 30 MariaDB mysqladmin ping
   fi
-  mysql -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
+  # Accounting starts empty, as the controller's state does: job IDs start
+  # again at 1 on every bring-up, and sacct showed an earlier lab's records
+  # of the same IDs (a node-loss job's RESIZING ones) beside the new job's.
+  mysql -e "DROP DATABASE IF EXISTS slurm_acct_db;
+            CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
             GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
 }
 

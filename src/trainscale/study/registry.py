@@ -278,7 +278,7 @@ REGISTRY = (
         # driver): here one node, its ranks under the host's two names.
         one_node=True,
         knobs=(*HOROVOD_KNOBS, *ELASTIC_KNOBS),
-        compared_with="horovod-elastic",
+        compared_with="horovod",
         concept_evidence=(("elastic restart", ("elastic",)),),
         traffic=horovod_traffic,
         elastic=True,
