@@ -219,6 +219,13 @@ class Backend:
 # --------------------------------------------------------------------------
 
 
+def batches_trained(settings: RunSettings, timed_steps: int) -> int:
+    """The batches a run had drawn after `timed_steps` timed steps: the
+    warm-up's too (accuracy mode has none). An elastic framework's restored
+    state skips them, and goes on with the batch it was at."""
+    return (settings.warmup_steps if settings.mode != "accuracy" else 0) + timed_steps
+
+
 def init_horovod(hvd, settings: RunSettings) -> None:
     """hvd.init() for horovod.tensorflow or horovod.torch, with trainscale's settings."""
     if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):

@@ -19,6 +19,7 @@ from trainscale.frameworks.tensorflow.tf_backend import (
     make_dataset_fn,
 )
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod, _traceable, optimizer_variables
+from trainscale.harness.backend import batches_trained
 from trainscale.study.elastic_kinds import processes_on_machine
 
 
@@ -70,8 +71,8 @@ class HorovodElasticBackend(TensorFlowBackend):
         hvd, s = self.framework.hvd, self.settings
         self.topology.num_processes, self.topology.process_index = hvd.size(), hvd.rank()
         self.iterator = self.framework.make_iterator(make_dataset_fn(s, self.train_split))
-        for _ in range((s.warmup_steps if s.mode != "accuracy" else 0) + self.state.steps):
-            next(self.iterator)  # the batches already trained on
+        for _ in range(batches_trained(s, self.state.steps)):
+            next(self.iterator)
         # Traced again: the loss is divided by the new world's global batch.
         self.train_step = build_train_step(self.framework, self.model, self.optimizer, s)
         self.notice("restored", step=self.state.steps)

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from trainscale.core.accuracy import evaluation_batches
 from trainscale.core.datasets import DATASETS
-from trainscale.harness.backend import Backend, DeviceError, horovod_versions
+from trainscale.harness.backend import Backend, DeviceError, batches_trained, horovod_versions
 from trainscale.harness.data import numpy_batches, synthetic_batch
 from trainscale.harness.flops import TRAINING_OVER_FORWARD
 from trainscale.harness.torch_models import build_torch_model
@@ -221,11 +221,8 @@ class TorchBackend(Backend):
         return images.contiguous(memory_format=self.memory_format)
 
     def skip_trained_batches(self, timed_steps: int) -> None:
-        """Advance the batches past what warm-up and `timed_steps` trained on:
-        an elastic framework's restored state goes on with the batch it was at
-        (accuracy mode has no warm-up)."""
-        s = self.settings
-        for _ in range((s.warmup_steps if s.mode != "accuracy" else 0) + timed_steps):
+        """Advance the batches past what warm-up and `timed_steps` trained on."""
+        for _ in range(batches_trained(self.settings, timed_steps)):
             next(self.batches)
 
     def step(self):
