@@ -347,12 +347,14 @@ def assert_horovod_elastic_went_on_alone(record: dict) -> None:
     assert 0 < recovery["detection_seconds"] < recovery["recovery_seconds"] < 120
 
 
-def example_frameworks() -> list[str]:
-    """Every framework of each ecosystem this Python runs at least one of."""
+def example_cases():
+    """Every example of every framework of each ecosystem this Python runs at
+    least one of (trainscale.launching.examples.Example: framework, workload)."""
+    from trainscale.launching.examples import examples_of
     from trainscale.study.registry import REGISTRY, missing_module
 
     ecosystems = {spec.ecosystem for spec in REGISTRY if not missing_module(spec.name)}
-    return [spec.name for spec in REGISTRY if spec.ecosystem in ecosystems]
+    return [e for spec in REGISTRY if spec.ecosystem in ecosystems for e in examples_of(spec.name)]
 
 
 def one_per_launch_kind(ecosystem: str) -> list[str]:
@@ -389,14 +391,15 @@ def horovod_launcher(framework: str) -> list[str]:
     return ["--horovod-launcher", "gloo"] if framework_spec(framework).launch is HOROVOD else []
 
 
-def run_example(
-    framework: str, *script_args: str, timeout: float = 600, same_numbers: bool = False
-):
-    """`trainscale example FRAMEWORK` on its CPU replicas; its losses, step by step."""
+def run_example(example, *script_args: str, timeout: float = 600, same_numbers: bool = False):
+    """`trainscale example FRAMEWORK --workload W` on its CPU replicas; its
+    losses, step by step, and its output."""
+    framework = example.framework
     replicas = example_replicas(framework, same_numbers)
     result = trainscale(
         "example",
         framework,
+        *("--workload", example.workload),
         *("--replicas", str(replicas), "--timeout", str(timeout)),
         *horovod_launcher(framework),
         "--",
@@ -413,15 +416,25 @@ def run_example(
     return losses, stdout
 
 
-def example_archive_run(framework: str, archive_dir: str):
-    """2 steps of the example on the CIFAR-100-format archive: (losses, stdout)."""
-    return run_example(framework, "--data-dir", archive_dir, "--steps", "2", "--batch-size", "4")
+# A text example's GPT, small: the harness's --model, --seq-len and --vocab-size too.
+EXAMPLE_GPT = ["--model", "gpt-tiny", "--seq-len", "16"]
 
 
-def example_synthetic_run(framework: str):
+def example_data_run(example, archive_dir: str, text_file: str):
+    """2 steps of the example on its real data: the CIFAR-100-format archive,
+    or a text file (losses, stdout)."""
+    if example.workload == "text":
+        data = ["--text", text_file, *EXAMPLE_GPT]
+    else:
+        data = ["--data-dir", archive_dir]
+    return run_example(example, *data, "--steps", "2", "--batch-size", "4")
+
+
+def example_synthetic_run(example):
     """2 SGD steps of the example on the harness's synthetic batch: (losses, stdout)."""
     synthetic = ("--synthetic", "--steps", "2", "--batch-size", "2", *EXAMPLE_SGD)
-    return run_example(framework, *synthetic, same_numbers=True)
+    text = [*EXAMPLE_GPT, "--vocab-size", "96"] if example.workload == "text" else []
+    return run_example(example, *synthetic, *text, same_numbers=True)
 
 
 def harness_framework(framework: str) -> str:
@@ -440,14 +453,20 @@ def harness_framework(framework: str) -> str:
     return next(name for name in same_ecosystem if backend_class(name) is parent)
 
 
-def harness_synthetic_loss(framework: str, output: Path) -> float:
+def harness_synthetic_loss(example, output: Path) -> float:
     """The harness's loss at step 2 for what example_synthetic_run trains."""
-    replicas = example_replicas(framework, same_numbers=True)
-    framework = harness_framework(framework)
+    replicas = example_replicas(example.framework, same_numbers=True)
+    framework = harness_framework(example.framework)
+    if example.workload == "text":
+        model = [*EXAMPLE_GPT, "--vocab-size", "96"]
+    else:
+        model = ["--model", "vgg16", "--image-size", "32"]
     trainscale(
         "run",
         *("--framework", framework, "--gpus-per-node", str(replicas)),
-        *("--model", "vgg16", "--image-size", "32", "--device", "cpu"),
+        *model,
+        "--device",
+        "cpu",
         *("--batch-size", "2", "--dataset", "synthetic", *EXAMPLE_SGD),
         *("--warmup-steps", "1", "--blocks", "1", "--steps-per-block", "1"),
         *horovod_launcher(framework),

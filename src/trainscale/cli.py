@@ -108,6 +108,12 @@ def _example_parser(commands) -> None:
         description="Everything after -- goes to the script (e.g. -- --synthetic --steps 10).",
     )
     p.add_argument("framework", choices=FRAMEWORKS)
+    p.add_argument(
+        "--workload",
+        choices=("image", "text"),
+        help="which of its examples: VGG-16 on CIFAR-100, or a GPT on text "
+        "(default: its first, images where it has one)",
+    )
     p.add_argument("--replicas", type=int, default=1, help="GPUs, or CPU replicas (default 1)")
     add_argument(p, SETTING["device"], default="cpu")
     for setting in _launch_settings():  # how its processes are started
@@ -185,7 +191,7 @@ def _predict(args) -> int:
 
 
 def _example(args) -> int:
-    from trainscale.launching.examples import example_plan
+    from trainscale.launching.examples import example_plan, examples_of
     from trainscale.launching.launch import run_plan
 
     if args.replicas < 1:
@@ -196,7 +202,10 @@ def _example(args) -> int:
     spec = framework_spec(args.framework)
     if spec.one_device and args.replicas != 1:
         raise SettingsError(f"{args.framework} runs on one device: --replicas must be 1")
-    plan = example_plan(args.framework, args.replicas, args.device, args.arguments, args)
+    found = [e for e in examples_of(args.framework) if args.workload in (None, e.workload)]
+    if not found:
+        raise SettingsError(f"{args.framework} has no example for --workload {args.workload}")
+    plan = example_plan(found[0], args.replicas, args.device, args.arguments, args)
     result = run_plan(plan, args.timeout)
     if result.timed_out:
         print(f"trainscale example: stopped after {result.seconds:.0f} s", file=sys.stderr)
@@ -389,11 +398,13 @@ def _run(settings: RunSettings, options: RunOptions) -> int:
         return code if code > 0 else 128 - code
     record = read_record(output)
     rate, per_replica = record["images_per_sec"], record["per_replica_images_per_sec"]
+    tokens = record.get("tokens_per_sec")  # a text model's
+    tokens = f", {tokens['mean']:.0f} tokens/sec" if tokens else ""
     print(
         f"{record['framework']:<15} {record['model']} n{record['nodes']}g{record['gpus_per_node']} "
         f"b{record['batch_size']} {record['device']}: "
         f"{rate['mean']:.1f} ± {rate['std']:.1f} images/sec total "
-        f"({per_replica['mean']:.1f} per replica) -> {output}"
+        f"({per_replica['mean']:.1f} per replica)" + tokens + f" -> {output}"
     )
     return 0
 

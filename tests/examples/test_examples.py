@@ -4,7 +4,8 @@ Collected by both training suites (make test): in .venv-train the TensorFlow
 examples, in .venv-torch the torch ones; every framework of an ecosystem this
 Python runs, so one its environment lacks fails here rather than vanishing.
 
-Each runs 2 steps on a generated CIFAR-100-format archive, on 2 CPU replicas
+Each runs 2 steps on real data (an image example on a generated
+CIFAR-100-format archive, a text example on a text file), on 2 CPU replicas
 where its framework is distributed, through `trainscale example` (the
 harness's own local launcher); and on the harness's synthetic batch with SGD
 it reaches the harness's loss at step 2.
@@ -16,13 +17,15 @@ import re
 import pytest
 from runs import (
     EXAMPLE_LOSS_TOLERANCE,
-    example_archive_run,
-    example_frameworks,
+    example_cases,
+    example_data_run,
     example_synthetic_run,
     harness_synthetic_loss,
 )
 
-FRAMEWORKS = example_frameworks()
+EXAMPLES = example_cases()
+IDS = [example.name for example in EXAMPLES]
+RATE = {"image": "images/sec", "text": "tokens/sec"}
 
 
 @pytest.fixture(scope="module")
@@ -34,28 +37,39 @@ def archive_dir(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    # Real English: this checkout's README, as UTF-8 bytes.
+    from trainscale.launching.examples import REPOSITORY
+
+    path = tmp_path_factory.mktemp("text") / "readme.txt"
+    with open(f"{REPOSITORY}/README.md", "rb") as readme:
+        path.write_bytes(readme.read())
+    return str(path)
+
+
 def test_this_python_runs_some_examples():
-    assert FRAMEWORKS, "this Python has neither TensorFlow nor torch: run it from .venv-train"
+    assert EXAMPLES, "this Python has neither TensorFlow nor torch: run it from .venv-train"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_example_trains_on_the_cifar100_archive(framework, archive_dir):
-    losses, stdout = example_archive_run(framework, archive_dir)
+@pytest.mark.parametrize("example", EXAMPLES, ids=IDS)
+def test_example_trains_on_real_data(example, archive_dir, text_file):
+    losses, stdout = example_data_run(example, archive_dir, text_file)
     assert len(losses) == 2, stdout  # the chief prints each step; the other ranks do not
     assert all(math.isfinite(loss) and loss > 0 for loss in losses), losses
-    assert re.search(r"^images/sec: \d", stdout, re.M), stdout
+    assert re.search(rf"^{RATE[example.workload]}: \d", stdout, re.M), stdout
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_example_reaches_the_harness_loss(framework, tmp_path):
+@pytest.mark.parametrize("example", EXAMPLES, ids=IDS)
+def test_example_reaches_the_harness_loss(example, tmp_path):
     # Same seed, synthetic batch and plain SGD: the same loss at step 2
     # (after one update), so the examples and the measured code cannot drift apart
     # (ray-train's measured code is torch-ddp's: runs.harness_framework).
-    losses, stdout = example_synthetic_run(framework)
-    harness = harness_synthetic_loss(framework, tmp_path / "harness.json")
+    losses, stdout = example_synthetic_run(example)
+    harness = harness_synthetic_loss(example, tmp_path / "harness.json")
     assert len(losses) == 2, stdout
-    print(f"{framework}: example {losses[1]:.6f}, harness {harness:.6f}")
+    print(f"{example.name}: example {losses[1]:.6f}, harness {harness:.6f}")
     assert abs(losses[0] - losses[1]) > 100 * EXAMPLE_LOSS_TOLERANCE  # the step moved it
     assert abs(losses[1] - harness) <= EXAMPLE_LOSS_TOLERANCE

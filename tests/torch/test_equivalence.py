@@ -21,6 +21,8 @@ from runs import (
 
 from trainscale.study.registry import REGISTRY
 
+MODEL_PARALLEL = [s.name for s in REGISTRY if s.splits_model]
+
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("torch-equivalence")
 
@@ -45,7 +47,12 @@ def _train(tmp_path, cifar_dir, framework, replicas, *options):
         timeout=600,
     )
     assert load_json(output)["batch_size"] == GLOBAL_BATCH // replicas
-    with np.load(weights) as arrays:
+    return weights_of(weights)
+
+
+def weights_of(path) -> tuple[list, list]:
+    """The (initial, final) weights a run saved with --save-weights."""
+    with np.load(path) as arrays:
         count = len([k for k in arrays if k.startswith("final_")])
         return [arrays[f"initial_{i}"] for i in range(count)], [
             arrays[f"final_{i}"] for i in range(count)
@@ -57,7 +64,13 @@ def reference(tmp_path_factory, cifar_dir):
     return _train(tmp_path_factory.mktemp("single"), cifar_dir, "torch-single", 1)
 
 
-DISTRIBUTED = [s.name for s in REGISTRY if s.ecosystem == "torch" and not s.one_device]
+# The data-parallel ones: the model-parallel frameworks split a GPT, not
+# VGG-16 (test_gpt_equivalence.py).
+DISTRIBUTED = [
+    s.name
+    for s in REGISTRY
+    if s.ecosystem == "torch" and not s.one_device and s.name not in MODEL_PARALLEL
+]
 # Each framework at its defaults, and ZeRO's other stages (0 is the default):
 # each reduces the gradient with other collectives.
 CASES = [(name, []) for name in DISTRIBUTED] + [

@@ -18,12 +18,14 @@ import torch
 
 from trainscale.frameworks.torch.torch_backend import torch_forward_flops_per_image
 from trainscale.harness.torch_models import build_torch_model
-from trainscale.study.settings import MODELS, TORCH_MODELS, RunSettings, SettingsError, validate
+from trainscale.study.models import IMAGE_MODELS, MODELS, TORCH_MODELS
+from trainscale.study.settings import RunSettings, SettingsError, validate
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("keras-counts")
 
 SIZES = (32, 224)
+TORCH_IMAGE_MODELS = [name for name in TORCH_MODELS if name in IMAGE_MODELS]
 
 _KERAS_COUNTS = """
 import json, os, sys
@@ -48,7 +50,7 @@ print(json.dumps(counts))
 @pytest.fixture(scope="module")
 def keras_counts(tensorflow_python):
     result = subprocess.run(
-        [tensorflow_python, "-c", _KERAS_COUNTS, ",".join(TORCH_MODELS)],
+        [tensorflow_python, "-c", _KERAS_COUNTS, ",".join(TORCH_IMAGE_MODELS)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -58,7 +60,7 @@ def keras_counts(tensorflow_python):
 
 
 @pytest.mark.parametrize("size", SIZES)
-@pytest.mark.parametrize("name", TORCH_MODELS)
+@pytest.mark.parametrize("name", TORCH_IMAGE_MODELS)
 def test_each_model_has_keras_parameters_and_flops(keras_counts, name, size):
     keras = keras_counts[f"{name}@{size}"]
     model = build_torch_model(name, size, 100)
@@ -72,7 +74,7 @@ def test_each_model_has_keras_parameters_and_flops(keras_counts, name, size):
 
 
 def test_the_models_return_logits_of_the_right_shape():
-    for name in TORCH_MODELS:
+    for name in TORCH_IMAGE_MODELS:
         assert build_torch_model(name, 32, 100)(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
 
 

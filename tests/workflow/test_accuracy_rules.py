@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from trainscale.core.accuracy import (
+    Target,
     cell_time_to_target,
     evaluation_shard,
     learning_rate,
@@ -21,11 +22,27 @@ CURVE = [
 ]
 
 
+def accuracy(value):
+    return Target("test_accuracy", value)
+
+
 def test_the_clock_stops_at_the_first_evaluation_at_or_above_the_target():
-    assert time_to_target(CURVE, 0.90) == (33.0, 3)  # "at or above": 0.90 counts
-    assert time_to_target(CURVE, 0.93) == (44.0, 4)  # not interpolated between evaluations
-    assert time_to_target(CURVE, 0.96) == (None, None)  # never reached
-    assert time_to_target(CURVE, 0.0) == (None, None)  # no target
+    assert time_to_target(CURVE, accuracy(0.90)) == (33.0, 3)  # "at or above": 0.90 counts
+    assert time_to_target(CURVE, accuracy(0.93)) == (44.0, 4)  # not interpolated
+    assert time_to_target(CURVE, accuracy(0.96)) == (None, None)  # never reached
+    assert time_to_target(CURVE, accuracy(0.0)) == (None, None)  # no target
+
+
+def test_a_text_models_clock_stops_at_the_first_perplexity_at_or_below_the_target():
+    curve = [
+        {"epoch": 1, "wall_seconds": 10.0, "test_perplexity": 9.0},
+        {"epoch": 2, "wall_seconds": 20.0, "test_perplexity": 5.0},
+        {"epoch": 3, "wall_seconds": 30.0, "test_perplexity": 4.0},
+    ]
+    perplexity = Target("test_perplexity", 5.0)
+    assert not perplexity.higher_is_better
+    assert time_to_target(curve, perplexity) == (20.0, 2)  # "at or below": 5.0 counts
+    assert time_to_target(curve, Target("test_perplexity", 3.0)) == (None, None)
 
 
 def test_five_or_more_runs_drop_the_fastest_and_slowest():

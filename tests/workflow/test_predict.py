@@ -87,6 +87,20 @@ def test_what_a_step_moves_is_the_registrys_and_a_sharded_fit_is_not_pretended()
         best_fit(refused)
 
 
+@pytest.mark.parametrize(
+    ("framework", "moves"),
+    [("torch-pipeline", "activations between neighbouring stages"), ("torch-tp", "activations")],
+)
+def test_model_parallelism_is_never_fitted_as_a_gradient_all_reduce(framework, moves):
+    # On GPUs too: what these move is not the gradient over a ring.
+    _, moved = traffic(record(framework, "gpu"), "gpt2-small", 0)
+    assert moves in moved.refused
+    series = Series(framework, "gpt2-small", 0, 4, "", 1, synthetic_series("ring", 0.0).cells,
+                    refused=moved.refused)  # fmt: skip
+    with pytest.raises(PredictError, match=f"^not fitted: {framework}: a step"):
+        best_fit(series)
+
+
 def test_a_fit_with_three_passes_recovers_the_links_a_zero3_step_crossed():
     # Records made with ZeRO-3's traffic, fitted with it: the same links back.
     # Fitted as an all-reduce instead, the bandwidths would come out 2/3 of the truth.

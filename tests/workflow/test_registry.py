@@ -85,7 +85,7 @@ def test_a_declared_check_refuses_in_one_line_naming_the_flag():
 def test_each_entry_names_what_exists(spec):
     # Its example, the files beside it, and its environment's config key.
     examples = os.path.join(REPO, "examples")
-    for name in (spec.example, *spec.example_files):
+    for name in filter(None, (spec.example, spec.text_example, *spec.example_files)):
         assert os.path.isfile(os.path.join(examples, name)), name
     assert spec.environment in ("train_env", "torch_env")
     assert spec.compared_with in ("", *FRAMEWORKS)

@@ -39,6 +39,7 @@ from trainscale.network.probe import (
     study_probes,
 )
 from trainscale.analysis import outputs
+from trainscale.launching.examples import examples_of
 from trainscale.study import workflow_hooks
 from trainscale.study.study_folder import (
     check_study_folder,
@@ -123,7 +124,8 @@ WEAK_SCALING_FRAMEWORK = config["figures"]["weak_scaling_framework"]
 GRID = set(POINTS)
 DATA_DIR = config["benchmark"]["data_dir"]
 # The data the workflow writes itself, if any: the real digits in MNIST's
-# format (write_digits), or a random CIFAR-100 of generate_cifar100_images.
+# format (write_digits), Python's reference in WikiText's (write_python_docs),
+# or a random CIFAR-100 of generate_cifar100_images.
 DIGITS_FILES = [
     f"{DATA_DIR}/{prefix}-{kind}-ubyte.gz"
     for prefix in ("train", "t10k")
@@ -133,8 +135,13 @@ DIGITS_FILES = [
 # and the data sets they read: benchmark.dataset, or the grid's dataset axis.
 RUNNABLE = [p for p in POINTS if p.framework in FRAMEWORKS]
 READ_DATASETS = {run_settings(config, p).dataset for p in RUNNABLE}
+PYTHON_DOCS_FILES = [
+    f"{DATA_DIR}/python-docs/wiki.{split}.raw" for split in ("train", "valid", "test")
+]
 if "digits" in READ_DATASETS:
     GENERATED_DATA = DIGITS_FILES[0]
+elif "python-docs" in READ_DATASETS:
+    GENERATED_DATA = PYTHON_DOCS_FILES[0]
 elif config["benchmark"].get("generate_cifar100_images"):
     GENERATED_DATA = f"{DATA_DIR}/cifar-100-python.tar.gz"
 else:
@@ -331,18 +338,20 @@ REFACTORED = sorted(
 
 def example_files():
     return [
-        os.path.join(workflow.basedir, "examples", framework_spec(f).example)
+        example.path(os.path.join(workflow.basedir, "examples"))
         for f in REFACTORED
+        for example in examples_of(f)
     ]
 
 
 def refactoring_files():
-    """refactoring.{csv,md,tex}, and a side-by-side diff per framework that is not a base."""
+    """refactoring.{csv,md,tex}, and a side-by-side diff per example that is not a base."""
     tables = outputs.table_files(RESULTS, [outputs.REFACTORING])
     diffs = [
-        f"{RESULTS}/{outputs.REFACTORING}/{f}.html"
+        f"{RESULTS}/{outputs.REFACTORING}/{example.name}.html"
         for f in REFACTORED
-        if base_of(f) != f
+        for example in examples_of(f)
+        if not example.is_base
     ]
     return tables, diffs
 

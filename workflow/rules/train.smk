@@ -68,6 +68,18 @@ rule write_digits:
         "../scripts/write_digits.py"
 
 
+rule write_python_docs:
+    output:
+        PYTHON_DOCS_FILES,
+    log:
+        f"{RESULTS}/logs/write_python_docs.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    script:
+        "../scripts/write_python_docs.py"
+
+
 rule generate_cifar100:
     output:
         archive=f"{config['benchmark']['data_dir']}/cifar-100-python.tar.gz",

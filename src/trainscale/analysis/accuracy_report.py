@@ -33,11 +33,25 @@ def run_row(study: str, path: str) -> dict:
     """tidy's row of the run, and what an accuracy run adds to it."""
     record = read_record(path)
     accuracy = (
-        "final_test_accuracy", "final_test_loss", "target_accuracy", "time_to_target_seconds",
-        "epochs_to_target", "epochs_run", "training_seconds", "peak_learning_rate",
-        "global_batch_size",
+        "final_test_accuracy", "final_test_loss", "final_test_perplexity", "target_accuracy",
+        "time_to_target_seconds", "epochs_to_target", "epochs_run", "training_seconds",
+        "peak_learning_rate", "global_batch_size",
     )  # fmt: skip
-    return {**record_row(study, path), **{key: record.get(key) for key in accuracy}}
+    row = {**record_row(study, path), **{key: record.get(key) for key in accuracy}}
+    # A record from before text models had its target in target_accuracy.
+    row["target_metric"] = record.get("target_metric", "test_accuracy")
+    row["target"] = record.get("target", record.get("target_accuracy"))
+    return row
+
+
+METRIC_LABELS = {"test_accuracy": "Test accuracy", "test_perplexity": "Validation perplexity"}
+
+
+def study_target(runs: pd.DataFrame) -> tuple[str, float | None]:
+    """The study's target metric, and its one target (None: none, or several)."""
+    metrics = sorted(set(runs["target_metric"].dropna())) or ["test_accuracy"]
+    targets = sorted({t for t in runs["target"].dropna() if t > 0})
+    return metrics[0], targets[0] if len(targets) == 1 else None
 
 
 def curve_rows(path: str, run: dict) -> list[dict]:
@@ -66,7 +80,7 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "time_to_target_std": time["std"] if spread else np.nan,
                 # Published runs may have had no target (seed 004).
                 "reached": f"{time['reached']}/{time['runs']}"
-                if (group["target_accuracy"].fillna(0) > 0).any()
+                if (group["target"].fillna(0) > 0).any()
                 else "no target",
                 "epochs_to_target": group["epochs_to_target"].astype(float).mean(),
                 "training_seconds": group["training_seconds"].astype(float).mean(),
@@ -115,8 +129,11 @@ def ranks_table(cells: pd.DataFrame, clock: str = "time_to_target") -> pd.DataFr
     return pd.concat(parts)[columns].reset_index(drop=True)
 
 
-def accuracy_figure(curves: pd.DataFrame, target: float | None, paths: list[str]) -> None:
-    """Test accuracy against wall time (on the clock): one line per run."""
+def accuracy_figure(
+    curves: pd.DataFrame, target: float | None, paths: list[str], metric: str = "test_accuracy"
+) -> None:
+    """The target's metric (test accuracy, or a text model's validation
+    perplexity) against wall time (on the clock): one line per run."""
     from trainscale.analysis.plotting import LINESTYLES, finish, framework_style, panels_of
 
     fig, panels = panels_of(curves)
@@ -130,16 +147,18 @@ def accuracy_figure(curves: pd.DataFrame, target: float | None, paths: list[str]
             for repeat, run in runs.groupby("repeat"):
                 ax.plot(
                     run["wall_seconds"],
-                    run["test_accuracy"],
+                    run[metric],
                     **{**framework_style(series.partition(" ")[0]), "marker": "."},
                     linestyle=LINESTYLES[styles[gpus] % len(LINESTYLES)],
                     label=label if repeat == runs["repeat"].min() else None,
                 )
         if target:
             ax.axhline(target, color="black", linewidth=0.8, linestyle=":", label="target")
-        ax.set(xlabel="Wall time on the clock (s)", ylabel="Test accuracy", ylim=(0, 1))
+        ax.set(xlabel="Wall time on the clock (s)", ylabel=METRIC_LABELS[metric])
+        if metric == "test_accuracy":
+            ax.set_ylim(0, 1)
         ax.set_xlim(left=0)
-    finish(fig, panels, paths, "Test accuracy against training time")
+    finish(fig, panels, paths, f"{METRIC_LABELS[metric]} against training time")
 
 
 def write_accuracy(study: str, records: list[str], folder: str) -> pd.DataFrame:
@@ -157,9 +176,12 @@ def write_accuracy(study: str, records: list[str], folder: str) -> pd.DataFrame:
     atomic_write_text(os.path.join(folder, "curves.csv"), curves.to_csv(index=False))
     cells = accuracy_table(runs)
     tables = os.path.join(folder, "tables")
-    targets = sorted({t for t in runs["target_accuracy"].dropna() if t > 0})
-    target = targets[0] if len(targets) == 1 else None
-    aim = f"to {target:.0%} test accuracy" if target else "(no single target)"
+    metric, target = study_target(runs)
+    targets = [t for t in runs["target"].dropna() if t > 0]
+    if target and metric == "test_perplexity":
+        aim = f"to validation perplexity {target:g}"
+    else:
+        aim = f"to {target:.0%} test accuracy" if target else "(no single target)"
     write_table(
         cells.drop(columns=["series"], errors="ignore"),
         tables,
@@ -177,7 +199,7 @@ def write_accuracy(study: str, records: list[str], folder: str) -> pd.DataFrame:
         f"Faster per step is not always faster {goal} ({study})",
         ACCURACY_LABELS,
     )
-    accuracy_figure(curves, target, figure_files(folder, [ACCURACY]))
+    accuracy_figure(curves, target, figure_files(folder, [ACCURACY]), metric)
     return runs
 
 
@@ -195,6 +217,7 @@ def curve_columns() -> list[str]:
         "train_loss",
         "test_loss",
         "test_accuracy",
+        "test_perplexity",
         "learning_rate",
     ]
 

@@ -28,7 +28,9 @@ from trainscale.analysis.plotting import (
 )
 from trainscale.analysis.predict_series import series_rows
 from trainscale.analysis.tidy import series_label, series_order
+from trainscale.core.gpt import TEXT_MODELS
 from trainscale.core.records import atomic_path
+from trainscale.launching.examples import WORKLOADS
 from trainscale.study.registry import framework_spec
 from trainscale.study.registry import label as framework_label
 
@@ -154,19 +156,29 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
     lines its example changes from the single-device script (its base, at 0
     lines, on 1 GPU). N is the most GPUs every multi-device framework of the
     panel reached, on the fewest nodes."""
-    touched = dict(zip(refactoring["framework"], refactoring["lines_touched"], strict=True))
-    frame = combined[combined["framework"].isin(touched)]
+    # Per workload: a panel of a text model takes the examples that train a
+    # GPT (a table written before there were two has images only).
+    image, text = WORKLOADS["image"][1], WORKLOADS["text"][1]
+    workloads = refactoring["workload"] if "workload" in refactoring else [image] * len(refactoring)
+    touched = {
+        (framework, workload): lines
+        for framework, workload, lines in zip(
+            refactoring["framework"], workloads, refactoring["lines_touched"], strict=True
+        )
+    }
+    frame = combined[combined["framework"].isin({framework for framework, _ in touched})]
     fig, panels = panels_of(frame)
     for ax, variant in panels:
         shared = _shared_gpu_count(variant)
+        workload = text if variant["model"].iloc[0] in TEXT_MODELS else image
         for series, part in sorted(variant.groupby("series"), key=lambda kv: series_order(kv[0])):
             framework = part["framework"].iloc[0]
             gpus = 1 if framework_spec(framework).one_device else shared or part["gpus"].max()
             point = part[part["gpus"] == gpus].sort_values("nodes").head(1)
-            if point.empty:
+            if point.empty or (framework, workload) not in touched:
                 continue
             ax.errorbar(
-                [touched[framework]],
+                [touched[framework, workload]],
                 point["images_per_sec_mean"],
                 yerr=point["images_per_sec_std"],
                 label=f"{series_label(series)}, {plural(int(gpus), 'GPU')}",

@@ -21,15 +21,15 @@ from trainscale.study.registry import table_order  # noqa: E402
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 # seaborn's colorblind palette has pink, grey, yellow and light blue last,
 # too faint for a line on white: their dark versions take their places; then
-# black, a dark olive, a dark purple, a dark teal and a brick red: 15
-# frameworks, 15 colours.
+# black, a dark olive, a dark purple, a dark teal, a brick red, a navy and
+# an ochre: 17 frameworks, 17 colours (the filled markers run out at 15).
 PALETTE = (
     sns.color_palette("colorblind", n_colors=6)
     + sns.color_palette("dark")[6:10]
     + [(0.0, 0.0, 0.0), (0.4, 0.4, 0.0), (0.35, 0.0, 0.45), (0.0, 0.3, 0.3)]
-    + [(0.6, 0.15, 0.1)]
+    + [(0.6, 0.15, 0.1), (0.1, 0.1, 0.45), (0.7, 0.5, 0.0)]
 )
-MARKERS = "osD^vP*Xhp<>dH8"
+MARKERS = ("o", "s", "D", "^", "v", "P", "*", "X", "h", "p", "<", ">", "d", "H", "8", "+", "x")
 # A framework's lines that differ by something else (hosts, GPUs, a knob of
 # its own, measured vs reference) differ by line style, then by an open marker.
 LINESTYLES = ("-", "--", ":", "-.")

@@ -34,10 +34,9 @@ import tokenize
 from dataclasses import dataclass
 
 from trainscale.analysis.outputs import REFACTORING, TABLE_FORMATS
-from trainscale.launching.examples import EXAMPLES_DIR, example_path, user_launch
+from trainscale.launching.examples import EXAMPLES_DIR, WORKLOADS, Example, examples_of, user_launch
 from trainscale.study.registry import (
     REGISTRY,
-    base_of,
     framework_modules,
     framework_spec,
     label,
@@ -91,9 +90,11 @@ CONCEPTS = _concepts()
 
 @dataclass(frozen=True)
 class Refactoring:
-    """One framework's example measured against its ecosystem's base."""
+    """One framework's example measured against its ecosystem's base for the
+    same workload."""
 
     framework: str
+    workload: str  # what the example trains (trainscale.launching.examples.WORKLOADS)
     base: str
     base_lines: int  # code lines of the base
     lines: int  # code lines of the example, and of the files beside it (example_files)
@@ -308,12 +309,11 @@ def _read(path: str) -> str:
         return handle.read()
 
 
-def measure(framework: str, examples_dir: str = EXAMPLES_DIR) -> Refactoring:
-    """`framework`'s example against its ecosystem's base."""
-    base = base_of(framework)
-    path = example_path(framework, examples_dir)
+def measure(example: Example, examples_dir: str = EXAMPLES_DIR) -> Refactoring:
+    """`example` against its ecosystem's base for the same workload."""
+    framework, path = example.framework, example.path(examples_dir)
     try:
-        base_source, _ = stand_in_free(_read(example_path(base, examples_dir)))
+        base_source, _ = stand_in_free(_read(example.base.path(examples_dir)))
         source, stand_in = stand_in_free(_read(path))
         concepts = declared_concepts(source)
     except (OSError, ValueError, SyntaxError) as err:
@@ -328,10 +328,11 @@ def measure(framework: str, examples_dir: str = EXAMPLES_DIR) -> Refactoring:
     names = introduced_api_names(base_source, source) | {
         key for text in extra for key in config_keys(json.loads(text))
     }
-    one_node, two_nodes = user_launch(spec)
+    one_node, two_nodes = user_launch(example)
     return Refactoring(
         framework=framework,
-        base=base,
+        workload=example.workload,
+        base=example.base.framework,
         base_lines=len(base_code),
         lines=len(code) + config_lines,
         added=added + config_lines,
@@ -357,6 +358,7 @@ def refactoring_frame(measured: list[Refactoring]):
         {
             "framework": m.framework,
             "label": label(m.framework),
+            "workload": WORKLOADS[m.workload][1],
             "base": m.base,
             "base_lines": m.base_lines,
             "lines": m.lines,
@@ -373,13 +375,16 @@ def refactoring_frame(measured: list[Refactoring]):
             "launch_two_nodes": m.launch_two_nodes,
             "stand_in_lines": m.stand_in_lines,
         }
-        for m in sorted(measured, key=lambda m: table_order(m.framework))
+        for m in sorted(
+            measured, key=lambda m: (list(WORKLOADS).index(m.workload), table_order(m.framework))
+        )  # fmt: skip
     ]
     return pd.DataFrame(rows)
 
 
 DISPLAY = {
     "label": "Framework",
+    "workload": "Workload",
     "base": "Base",
     "lines": "Code lines",
     "added": "Added",
@@ -394,15 +399,14 @@ DISPLAY = {
 }
 
 
-def side_by_side_diff(framework: str, examples_dir: str = EXAMPLES_DIR) -> str:
+def side_by_side_diff(example: Example, examples_dir: str = EXAMPLES_DIR) -> str:
     """An HTML page: the base and the example side by side, changes marked."""
-    base = base_of(framework)
-    old = _read(example_path(base, examples_dir)).splitlines()
-    new = _read(example_path(framework, examples_dir)).splitlines()
-    for name in framework_spec(framework).example_files:  # after the script, all added
+    old = _read(example.base.path(examples_dir)).splitlines()
+    new = _read(example.path(examples_dir)).splitlines()
+    for name in framework_spec(example.framework).example_files:  # after the script, all added
         new += ["", f"# ---- {name} ----", *_read(os.path.join(examples_dir, name)).splitlines()]
-    script, base_script = framework_spec(framework).example, framework_spec(base).example
-    title = f"{label(framework)}: {script} against {base_script}"
+    script, base_script = example.script, example.base.script
+    title = f"{label(example.framework)}: {script} against {base_script}"
     page = difflib.HtmlDiff(wrapcolumn=90).make_file(
         old,
         new,
@@ -416,29 +420,31 @@ def side_by_side_diff(framework: str, examples_dir: str = EXAMPLES_DIR) -> str:
 def write_refactoring(
     frameworks: list[str], folder: str, examples_dir: str = EXAMPLES_DIR, diff_folder: str = ""
 ) -> list[str]:
-    """refactoring.csv, .md and .tex in `folder`, and {framework}.html (the
+    """refactoring.csv, .md and .tex in `folder`, and {example}.html (the
     side-by-side diff) in `diff_folder` (default: `folder`/refactoring) for
-    every framework that is not a base. Returns the paths written."""
+    every example of `frameworks` that is not a base. Returns the paths written."""
     from trainscale.analysis.rendering import write_table
     from trainscale.core.records import atomic_write_text
 
-    table = refactoring_frame([measure(f, examples_dir) for f in frameworks])
+    examples = [example for f in frameworks for example in examples_of(f)]
+    table = refactoring_frame([measure(example, examples_dir) for example in examples])
     shown = table[list(DISPLAY)].rename(columns=DISPLAY)
     shown["Base touched"] = [f"{share:.0%}" for share in table["base_share_touched"]]
     write_table(
         shown,
         folder,
         REFACTORING,
-        "Code refactoring: each framework's example against its single-device base "
+        "Code refactoring: each framework's example against its single-device base for "
+        "the same workload "
         "(code lines: no comments, docstrings or blank lines)",
         # The CSV keeps every measured column, numbers unrounded.
         data=table,
     )
     paths = [os.path.join(folder, f"{REFACTORING}.{ext}") for ext in TABLE_FORMATS]
     diff_folder = diff_folder or os.path.join(folder, REFACTORING)
-    for framework in frameworks:
-        if base_of(framework) != framework:
-            path = os.path.join(diff_folder, f"{framework}.html")
-            atomic_write_text(path, side_by_side_diff(framework, examples_dir))
+    for example in examples:
+        if not example.is_base:
+            path = os.path.join(diff_folder, f"{example.name}.html")
+            atomic_write_text(path, side_by_side_diff(example, examples_dir))
             paths.append(path)
     return paths

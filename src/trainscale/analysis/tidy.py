@@ -58,6 +58,7 @@ COLUMNS = [
     "status",
     "images_per_sec_mean",
     "images_per_sec_std",
+    "tokens_per_sec_mean",
     "blocks",
     "per_gpu_images_per_sec",
     "achieved_tflops",
@@ -133,6 +134,8 @@ def record_row(study: str, path: str) -> dict:
         "status": record["status"],
         "images_per_sec_mean": mean,
         "images_per_sec_std": rate.get("std"),
+        # A text model's examples are sequences: its rate in tokens too.
+        "tokens_per_sec_mean": (record.get("tokens_per_sec") or {}).get("mean", math.nan),
         "blocks": len(rate.get("samples") or []) or np.nan,
         "per_gpu_images_per_sec": mean / gpus if mean is not None else None,
         # Model FLOPs utilisation (trainscale.harness.flops); None where the device's

@@ -8,6 +8,8 @@ What is on the clock (MLPerf Training's rules, also in the docs: explanation/acc
   the processes finding each other, model build, and the first compile
   (TensorFlow traces its training and evaluation steps on shapes alone, with
   no data: Backend.compile_untouched).
+- The target is a test accuracy for an image model, and for a text model a
+  validation perplexity, exp(mean loss per token), at or below (Target).
 - An epoch is one pass of the global batch over the training split:
   len(train) // global batch steps. The test split is evaluated at each
   epoch's end, sharded over the processes, each test example counted once.
@@ -28,6 +30,7 @@ every run reached the target. The table says how many did.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -51,13 +54,40 @@ def learning_rate(
     return base + (peak - base) * epochs_done / warmup_epochs
 
 
-def time_to_target(curve: list[dict], target: float) -> tuple[float | None, int | None]:
-    """(seconds, epochs) at the first evaluation at or above `target`; (None, None)
+@dataclass(frozen=True)
+class Target:
+    """What accuracy mode trains to: a curve point's `metric` at `value` (0:
+    no target, every epoch is trained). An image model's is the test
+    accuracy, at or above; a text model's the validation perplexity,
+    exp(the mean loss per token), at or below."""
+
+    metric: str
+    value: float
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "test_accuracy"
+
+    def reached(self, point: dict) -> bool:
+        if self.value <= 0:
+            return False
+        if self.higher_is_better:
+            return point[self.metric] >= self.value
+        return point[self.metric] <= self.value
+
+
+def target_of(settings) -> Target:
+    """The run's target: --target-perplexity for a text model, --target-accuracy otherwise."""
+    if settings.is_text:
+        return Target("test_perplexity", settings.target_perplexity)
+    return Target("test_accuracy", settings.target_accuracy)
+
+
+def time_to_target(curve: list[dict], target: Target) -> tuple[float | None, int | None]:
+    """(seconds, epochs) at the first evaluation that reached `target`; (None, None)
     if none reached it, or there is no target (0)."""
-    if target <= 0:
-        return None, None
     for point in curve:
-        if point["test_accuracy"] >= target:
+        if target.reached(point):
             return point["wall_seconds"], point["epoch"]
     return None, None
 

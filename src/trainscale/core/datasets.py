@@ -15,7 +15,10 @@ standard augmentation, and the release format its files come in:
   test split), gzipped (`.gz`) or not. `digits` is scikit-learn's copy of the
   UCI handwritten digits (1,797 real 8x8 images), written out in that format
   by write_digits, so that the real IDX reader is what reads it.
-- synthetic: no files; random batches (trainscale.harness.data.synthetic_batch).
+- wikitext-103, wikitext-2, python-docs: text, for the text models
+  (trainscale.core.text_data: WikiText's raw format, byte-level tokens).
+- synthetic: no files; random batches (trainscale.harness.data.synthetic_batch),
+  or random tokens for a text model.
 
 A bad file is refused in one line naming it (DataError): truncated, a wrong
 magic number or shape, a label out of range, a pickle that asks for anything
@@ -40,11 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainscale.core.data_error import DataError
+from trainscale.core.text_data import BYTE_VOCABULARY, PYTHON_DOCS, WikiTextRelease
+
 SPLITS = ("train", "test")
-
-
-class DataError(ValueError):
-    """The data set is missing, truncated or not in the expected format."""
 
 
 # --------------------------------------------------------------------------
@@ -295,24 +297,29 @@ class IdxRelease:
 @dataclass(frozen=True)
 class Dataset:
     name: str
-    num_classes: int
+    num_classes: int  # a text data set's: its tokenizer's vocabulary
     channels: int  # 1: grayscale, fed to a one-channel stem
     native_size: int  # side of the images as released
     mean: tuple  # per channel, of the training images scaled to 0..1
     std: tuple
     augmentation: str  # "crop-and-flip": pad 4, random crop, flip; or "none"
-    release: CifarRelease | IdxRelease | None  # None: synthetic, no files
+    release: CifarRelease | IdxRelease | WikiTextRelease | None  # None: synthetic, no files
+    # What the text models read (trainscale.core.text_data); images otherwise.
+    is_text: bool = False
 
     def find(self, data_dir: str) -> str:
         return self.release.find(data_dir, self.name)
 
-    def load(self, data_dir: str, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
-        """A split as (N, side, side, channels) uint8 images and (N,) int32 labels."""
+    def load(self, data_dir: str, split: str = "train"):
+        """A split as (N, side, side, channels) uint8 images and (N,) int32
+        labels; a text data set's as its tokens (text_data.token_windows
+        cuts them into examples)."""
         return self.release.read(self.find(data_dir), split, self.num_classes)
 
 
 _CIFAR = dict(channels=3, native_size=32, augmentation="crop-and-flip")
 _GRAY = dict(channels=1, native_size=28, augmentation="none", release=IdxRelease())
+_TEXT = dict(channels=0, native_size=0, mean=(), std=(), augmentation="none", is_text=True)
 DATASETS = {
     d.name: d
     for d in (
@@ -329,6 +336,13 @@ DATASETS = {
         Dataset("fashion-mnist", 10, mean=(0.2860,), std=(0.3530,), **_GRAY),
         Dataset("digits", 10, mean=(0.3055,), std=(0.3760,),
                 **{**_GRAY, "native_size": 8}),
+        # Text: bytes for tokens; WikiText's raw releases, and Python's own
+        # reference written in their format (text_data.write_python_docs).
+        Dataset("wikitext-103", BYTE_VOCABULARY, **_TEXT,
+                release=WikiTextRelease("wikitext-103-raw", "wikitext-103-raw-v1.zip")),
+        Dataset("wikitext-2", BYTE_VOCABULARY, **_TEXT,
+                release=WikiTextRelease("wikitext-2-raw", "wikitext-2-raw-v1.zip")),
+        Dataset("python-docs", BYTE_VOCABULARY, **_TEXT, release=PYTHON_DOCS),
         # Random float images, already normalised: no statistics to apply.
         Dataset("synthetic", 100, channels=3, native_size=224, mean=(0.0,), std=(1.0,),
                 augmentation="none", release=None),

@@ -12,6 +12,8 @@ Definitions (also in the docs: explanation/definitions.md):
 - Per-replica images/sec is a process's block rate divided by the replicas
   it drives (MirroredStrategy drives several from one process).
 - Reported: mean and sample standard deviation (ddof=1) over blocks.
+- For a text model an "image" is an example, a sequence of tokens: its
+  rates are in tokens too (token_rates), the example rate times its length.
 - Step time is block seconds / steps: steps are not synced one by one (that
   would slow them), so percentiles are over block means, not single steps.
 - With a time budget, the number of blocks is what fit in it (BlockBudget);
@@ -74,6 +76,20 @@ class BlockTimes:
             "timed_seconds": float(np.sum(self.seconds)),
             "blocks": len(self.seconds),
         }
+
+
+def token_rates(summary: dict, tokens_per_example: int) -> dict:
+    """A text model's rates in tokens as well: each of its examples (what
+    images_per_sec counts) is a sequence of `tokens_per_example` tokens."""
+
+    def in_tokens(rate: dict) -> dict:
+        return {key: rate[key] * tokens_per_example for key in ("mean", "std")}
+
+    return {
+        "tokens_per_example": tokens_per_example,
+        "tokens_per_sec": in_tokens(summary["images_per_sec"]),
+        "per_replica_tokens_per_sec": in_tokens(summary["per_replica_images_per_sec"]),
+    }
 
 
 @dataclass

@@ -116,14 +116,18 @@ class Backend:
         """(train, test) as (images, labels), read once in prepare(): train None
         for synthetic data, test None outside accuracy mode."""
         from trainscale.core.datasets import DATASETS
+        from trainscale.core.text_data import token_windows
 
         s = self.settings
         dataset = DATASETS[s.dataset]
         if dataset.release is None:
             return None, None
-        train = dataset.load(s.data_dir)
-        self.train_examples = len(train[0])
-        return train, dataset.load(s.data_dir, "test") if s.mode == "accuracy" else None
+        names = ("train", "test") if s.mode == "accuracy" else ("train",)
+        splits = [dataset.load(s.data_dir, split) for split in names]
+        if dataset.is_text:  # a text's tokens, cut into examples of --seq-len
+            splits = [token_windows(tokens, s.seq_len) for tokens in splits]
+        self.train_examples = len(splits[0][0])
+        return splits[0], splits[1] if len(splits) > 1 else None
 
     def compile_untouched(self) -> None:
         """Compile the training and evaluation steps without touching any data,

@@ -105,7 +105,33 @@ def synthetic_batch(
     return images, labels
 
 
-def synthetic_dataset(*, shard_indices, **batch):
+def synthetic_tokens(
+    *, shard_index: int, batch_size: int, seq_len: int, vocab_size: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Replica `shard_index`'s random token batch for a text model: int32
+    (batch, seq_len) inputs and their targets, the same sequences one token
+    on. Each sequence is drawn from its place in the global batch, so the
+    global batch is the same however it is split: a model-parallel
+    framework's whole batch is the data-parallel replicas' batches together,
+    and torch-single's on the global batch (the equivalence tests)."""
+    first = shard_index * batch_size
+    tokens = np.stack([
+        np.random.default_rng([seed, example]).integers(0, vocab_size, size=seq_len + 1)
+        for example in range(first, first + batch_size)
+    ]).astype(np.int32)  # fmt: skip
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def synthetic_example_batch(settings, shard_index: int, batch_size: int):
+    """The synthetic batch of replica `shard_index`: images, or a text model's tokens."""
+    s = settings
+    batch = dict(shard_index=shard_index, batch_size=batch_size, seed=s.seed)
+    if s.is_text:
+        return synthetic_tokens(seq_len=s.seq_len, vocab_size=s.vocab_size, **batch)
+    return synthetic_batch(image_size=s.image_size, num_classes=s.num_classes, **batch)
+
+
+def synthetic_dataset(settings, shard_indices, batch_size: int):
     """One random batch per replica, repeated (Horovod's synthetic benchmark).
 
     An input pipeline feeding several replicas (MirroredStrategy's one
@@ -115,7 +141,7 @@ def synthetic_dataset(*, shard_indices, **batch):
     """
     import tensorflow as tf
 
-    batches = [synthetic_batch(shard_index=index, **batch) for index in shard_indices]
+    batches = [synthetic_example_batch(settings, index, batch_size) for index in shard_indices]
     images, labels = (np.stack(parts) for parts in zip(*batches))
     return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
 

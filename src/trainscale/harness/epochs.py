@@ -12,12 +12,14 @@ time to the target includes its recovery.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from trainscale.core.accuracy import learning_rate, peak_learning_rate, time_to_target
+from trainscale.core.accuracy import learning_rate, peak_learning_rate, target_of, time_to_target
 from trainscale.core.timing import BlockTimes, Stopwatch
 from trainscale.harness.backend import Backend
-from trainscale.harness.progress import log, who
+from trainscale.harness.progress import log, unit, who
 from trainscale.harness.run_events import RunEvents
 
 
@@ -72,12 +74,13 @@ def train_epochs(backend: Backend, events: RunEvents, first_step: int = 0):
         events.block_done(epoch, (epoch + 1) * steps, images, seconds, curve=curve[-1])
         if topology.is_chief:
             point = curve[-1]
+            perplexity = f", perplexity {point['test_perplexity']:.3f}" if s.is_text else ""
             log(
-                f"{who(s)}: epoch {epoch + 1}/{s.epochs} {point['images_per_sec']:.1f} img/s, "
-                f"test accuracy {point['test_accuracy']:.4f}, loss {point['test_loss']:.4f}, "
-                f"at {point['wall_seconds']:.1f} s"
+                f"{who(s)}: epoch {epoch + 1}/{s.epochs} {point['images_per_sec']:.1f} {unit(s)}, "
+                f"test accuracy {point['test_accuracy']:.4f}, loss {point['test_loss']:.4f}"
+                f"{perplexity}, at {point['wall_seconds']:.1f} s"
             )
-        if 0 < s.target_accuracy <= curve[-1]["test_accuracy"]:
+        if target_of(s).reached(curve[-1]):
             break
     return epochs, _summary(backend, curve, steps, int(gathered[:, 2].sum()))
 
@@ -87,20 +90,25 @@ def _curve_point(backend, epochs: BlockTimes, gathered: np.ndarray, epoch: int, 
     loss_sum, correct, examples = gathered[:, :3].sum(axis=0)
     own = gathered[backend.topology.process_index]
     total = epochs.add(float(own[5]), gathered[:, 3])
-    return {
+    point = {
         "epoch": epoch + 1,
         "wall_seconds": wall,
         "train_seconds": float(gathered[:, 5].max()),
         "images_per_sec": total,
         "train_loss": float(own[4]) if backend.loss_is_global else float(gathered[:, 4].sum()),
         "test_loss": float(loss_sum / examples),
+        # A text model's: the share of next tokens predicted right.
         "test_accuracy": float(correct / examples),
     }
+    if backend.settings.is_text:  # its loss is per token: exp of it, the perplexity
+        point["test_perplexity"] = math.exp(point["test_loss"])
+    return point
 
 
 def _summary(backend: Backend, curve: list[dict], steps: int, test_examples: int) -> dict:
     s = backend.settings
-    seconds, epochs_to_target = time_to_target(curve, s.target_accuracy)
+    target = target_of(s)
+    seconds, epochs_to_target = time_to_target(curve, target)
     return {
         "mode": "accuracy",
         "final_loss": curve[-1]["train_loss"],
@@ -111,10 +119,13 @@ def _summary(backend: Backend, curve: list[dict], steps: int, test_examples: int
         # The whole run on the clock: to the target, or through every epoch.
         "training_seconds": curve[-1]["wall_seconds"],
         "target_accuracy": s.target_accuracy or None,
+        "target_metric": target.metric,
+        "target": target.value or None,
         "time_to_target_seconds": seconds,
         "epochs_to_target": epochs_to_target,
         "final_test_accuracy": curve[-1]["test_accuracy"],
         "final_test_loss": curve[-1]["test_loss"],
+        **({"final_test_perplexity": curve[-1]["test_perplexity"]} if s.is_text else {}),
         "peak_learning_rate": peak_learning_rate(s.learning_rate, s.replicas, s.lr_scaling),
         "curve": curve,
     }

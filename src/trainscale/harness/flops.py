@@ -1,6 +1,8 @@
 """Model FLOPs utilisation: the work per image, and the device's peak.
 
-FLOPs per image are counted from the model's own graph (TensorFlow's
+A text model's FLOPs per example (a sequence) are counted, not measured:
+6 N + 12 L H Q T per token (trainscale.core.gpt). An image model's FLOPs
+per image are counted from the model's own graph (TensorFlow's
 profiler over the frozen forward pass at batch 1, a multiply-add counted as
 2 FLOPs), so every model and image size gets its number the same way. A
 training step costs about 3x the forward pass (the backward pass computes
@@ -93,6 +95,15 @@ def training_flops_per_image(
 ) -> int:
     forward = forward_flops_per_image(model_name, image_size, num_classes, channels)
     return TRAINING_OVER_FORWARD * forward
+
+
+def text_training_flops_per_example(settings) -> int:
+    """A text model's training FLOPs per example (a sequence): its tokens
+    times trainscale.core.gpt's count per token, the same in both ecosystems."""
+    from trainscale.core.gpt import training_flops_per_token
+
+    per_token = training_flops_per_token(settings.model, settings.seq_len, settings.vocab_size)
+    return settings.seq_len * per_token
 
 
 def utilisation(

@@ -6,7 +6,9 @@ float32, which is numerically safer and is what mixed precision needs.
 
 from __future__ import annotations
 
-from trainscale.study.settings import MODEL_MIN_IMAGE_SIZE, MODELS, SettingsError
+from trainscale.core.gpt import TEXT_MODELS
+from trainscale.study.models import MODEL_MIN_IMAGE_SIZE, MODELS
+from trainscale.study.settings import SettingsError
 
 
 def _applications_model(constructor_name: str, **extra):
@@ -66,11 +68,17 @@ _BUILDERS = {
     "mobilenet_v2": _applications_model("MobileNetV2"),
     "small_cnn": _small_cnn,
 }
-assert set(_BUILDERS) == set(MODELS), "settings.MODELS and models._BUILDERS disagree"
+assert set(_BUILDERS) | set(TEXT_MODELS) == set(MODELS), "settings.MODELS disagrees"
 
 
-def build_model(name: str, image_size: int, num_classes: int, channels: int = 3):
-    """Build model `name` for square inputs of side `image_size`."""
+def build_model(name: str, image_size: int, num_classes: int, channels: int = 3, seq_len: int = 0):
+    """Build model `name`: an image model for square inputs of side
+    `image_size`, a text model for `seq_len` tokens (num_classes: its
+    vocabulary; trainscale.harness.keras_gpt)."""
+    if name in TEXT_MODELS:
+        from trainscale.harness.keras_gpt import build_gpt
+
+        return build_gpt(name, seq_len, num_classes)
     if name not in _BUILDERS:
         raise SettingsError(f"--model {name!r} is unknown; choose one of {', '.join(MODELS)}")
     if image_size < MODEL_MIN_IMAGE_SIZE[name]:

@@ -11,3 +11,8 @@ def log(message: str) -> None:
 
 def who(settings) -> str:
     return f"{settings.framework} {settings.model} {settings.replicas} replica(s)"
+
+
+def unit(settings) -> str:
+    """What an example is, per second: an image, or a text model's sequence."""
+    return f"seq/s ({settings.seq_len} tokens each)" if settings.is_text else "img/s"

@@ -25,7 +25,8 @@ the training dynamics match too. Flatten orders differ (Keras flattens height,
 width, channel; torch channel first): the same function class, permuted.
 
 inception_v3 is not defined here: the settings refuse it for the torch
-frameworks (settings.TORCH_MODELS).
+frameworks (settings.TORCH_MODELS). The text models are
+trainscale.harness.torch_gpt's.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainscale.study.settings import TORCH_MODELS
+from trainscale.core.gpt import TEXT_MODELS
+from trainscale.harness.torch_gpt import Gpt
+from trainscale.study.models import TORCH_MODELS
 
 VGG_BLOCKS = {
     "vgg16": ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)),
@@ -188,6 +191,7 @@ def _small_cnn(image_size: int, num_classes: int, channels: int) -> nn.Sequentia
     )
 
 
+# The image models; the text ones are trainscale.harness.torch_gpt's.
 _BUILDERS = {
     "vgg16": lambda *shape: _vgg(VGG_BLOCKS["vgg16"], *shape),
     "vgg19": lambda *shape: _vgg(VGG_BLOCKS["vgg19"], *shape),
@@ -195,7 +199,7 @@ _BUILDERS = {
     "mobilenet_v2": _mobilenet_v2,
     "small_cnn": _small_cnn,
 }
-assert set(_BUILDERS) == set(TORCH_MODELS), "settings.TORCH_MODELS and torch_models disagree"
+assert set(_BUILDERS) | set(TEXT_MODELS) == set(TORCH_MODELS), "settings.TORCH_MODELS disagrees"
 
 
 def _keras_initialisation(module: nn.Module) -> None:
@@ -205,8 +209,13 @@ def _keras_initialisation(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-def build_torch_model(name: str, image_size: int, num_classes: int, channels: int = 3):
-    """Model `name` for square inputs of side `image_size`, returning logits."""
+def build_torch_model(
+    name: str, image_size: int, num_classes: int, channels: int = 3, seq_len: int = 0
+):
+    """Model `name` returning logits: an image model for square inputs of side
+    `image_size`, a text model for `seq_len` tokens (num_classes: its vocabulary)."""
+    if name in TEXT_MODELS:
+        return Gpt(name, seq_len, num_classes)
     model = _BUILDERS[name](image_size, num_classes, channels)
     model.apply(_keras_initialisation)
     return model

@@ -15,11 +15,11 @@ import numpy as np
 
 from trainscale.core import records
 from trainscale.core.gpu_monitor import GpuMonitor, combine, nvml_monitor
-from trainscale.core.timing import BlockBudget, BlockTimes, Stopwatch
+from trainscale.core.timing import BlockBudget, BlockTimes, Stopwatch, token_rates
 from trainscale.harness.backend import Backend, require_cuda_devices
 from trainscale.harness.epochs import train_epochs
 from trainscale.harness.flops import utilisation
-from trainscale.harness.progress import log, who
+from trainscale.harness.progress import log, unit, who
 from trainscale.harness.run_events import RunEvents
 from trainscale.study.settings import RunOptions, RunSettings
 
@@ -142,7 +142,8 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
     backend.close()
     log(
         f"{who(settings)}: {record['images_per_sec']['mean']:.1f} ± "
-        f"{record['images_per_sec']['std']:.1f} img/s total over {record['blocks']} blocks"
+        f"{record['images_per_sec']['std']:.1f} {unit(settings)} total over "
+        f"{record['blocks']} blocks"
     )
     return record
 
@@ -198,7 +199,7 @@ def _timed_blocks(
         if topology.is_chief:
             log(
                 f"{who(settings)}: block {block + 1}/{settings.blocks} "
-                f"{total:.1f} img/s total, {total / settings.replicas:.1f} per replica, "
+                f"{total:.1f} {unit(settings)} total, {total / settings.replicas:.1f} per replica, "
                 f"{seconds / settings.steps_per_block * 1000:.1f} ms/step, "
                 f"loss {loss_value:.4f}"
             )
@@ -219,6 +220,7 @@ def _record(
         "replicas": topology.num_replicas,  # as the framework counted them
         "processes": topology.num_processes,
         **summary,
+        **(token_rates(summary, settings.seq_len) if settings.is_text else {}),
         "device_name": name,
         "trainable_parameters": backend.trainable_parameters(),
         **utilisation(

@@ -7,7 +7,7 @@ Nothing here imports TensorFlow or torch.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from trainscale.core.setting import Setting
 from trainscale.study.elastic_kinds import MIN_REPLICAS
@@ -144,6 +144,73 @@ def deepspeed_fp16_needs_a_gpu(settings) -> str:
     return ""
 
 
+def refused_traffic(why: str) -> Callable[[Mapping], Traffic]:
+    """What a framework moves that is not a gradient over a ring: the step
+    model says `why` and fits nothing."""
+    return lambda settings: Traffic(refused=why)
+
+
+# Between neighbouring stages, each microbatch's activations forward and
+# their gradients back (batch x tokens x width each), and every stage idles
+# through the schedule's bubble.
+pipeline_traffic = refused_traffic(
+    "torch-pipeline: a step sends activations between neighbouring stages and "
+    "idles in the pipeline's bubble; it moves no gradient over a ring"
+)
+# Twice per block in forward and again in backward, an all-reduce of the
+# activations (batch x tokens x width) within each tp group; gradients only
+# across the dp groups.
+tensor_parallel_traffic = refused_traffic(
+    "torch-tp: a step all-reduces activations within each tensor-parallel "
+    "group, per block; only FSDP2 across the groups moves gradients"
+)
+
+
+def split_model_cannot_evaluate(settings) -> str:
+    # Evaluation shards the test split by rank, where a split model's ranks
+    # must run the same examples together: not written for them yet.
+    if settings.mode == "accuracy":
+        return "--mode accuracy: its evaluation over a split model is not built; use throughput"
+    return ""
+
+
+def pipeline_check(settings) -> str:
+    """Why the pipeline cannot split this run ("" if it can)."""
+    from trainscale.core.gpt import GPT_SHAPES
+
+    s = settings
+    if split_model_cannot_evaluate(s):
+        return split_model_cannot_evaluate(s)
+    layers = GPT_SHAPES[s.model].layers
+    if s.replicas > layers:
+        return f"{s.replicas} stages, but {s.model} has {layers} blocks to split"
+    if s.global_batch_size % s.pipeline_microbatches:
+        return (
+            f"--pipeline-microbatches {s.pipeline_microbatches} does not split the global "
+            f"batch of {s.global_batch_size}"
+        )
+    if s.precision == "fp16":
+        # The schedule runs backward itself: there is no loss to hand a GradScaler.
+        return "--precision fp16: the schedule runs backward without loss scaling; use bf16"
+    return ""
+
+
+def tensor_parallel_check(settings) -> str:
+    """Why the mesh cannot split this run ("" if it can)."""
+    from trainscale.core.gpt import GPT_SHAPES
+
+    s = settings
+    if split_model_cannot_evaluate(s):
+        return split_model_cannot_evaluate(s)
+    tp = s.tensor_parallel or s.replicas
+    if s.replicas % tp:
+        return f"--tensor-parallel {tp} does not divide the {s.replicas} ranks"
+    heads = GPT_SHAPES[s.model].heads
+    if heads % tp:
+        return f"--tensor-parallel {tp} does not divide {s.model}'s {heads} heads"
+    return fsdp_refuses_channels_last(s)
+
+
 # In table order: each ecosystem's baseline first.
 
 PS_KNOBS = (
@@ -183,6 +250,44 @@ DEEPSPEED_KNOBS = (
         choices=(0, 1, 2, 3),
         axis=True,
         group="communication",
+    ),
+)
+
+
+PIPELINE_KNOBS = (
+    Setting(
+        "pipeline_schedule",
+        str,
+        "1f1b",
+        "torch-pipeline: gpipe (every microbatch's forward, then every backward) or "
+        "1f1b (one forward, one backward in the steady state: fewer live activations)",
+        choices=("gpipe", "1f1b"),
+        axis=True,
+        group="model parallelism",
+    ),
+    Setting(
+        "pipeline_microbatches",
+        int,
+        4,
+        "torch-pipeline: microbatches the global batch is cut into (more: a smaller "
+        "bubble, smaller matrix products)",
+        minimum=1,
+        axis=True,
+        group="model parallelism",
+    ),
+)
+
+
+TENSOR_PARALLEL_KNOBS = (
+    Setting(
+        "tensor_parallel",
+        int,
+        0,
+        "torch-tp: ranks in each tensor-parallel group (the mesh is replicas/N x N, "
+        "FSDP2 across the groups); 0: every rank in one group",
+        minimum=0,
+        axis=True,
+        group="model parallelism",
     ),
 )
 

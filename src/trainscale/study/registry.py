@@ -29,13 +29,19 @@ from trainscale.study.knobs import (
     FSDP_KNOBS,
     HOROVOD_KNOBS,
     MULTIWORKER_KNOBS,
+    PIPELINE_KNOBS,
     PS_KNOBS,
     RAY_KNOBS,
+    TENSOR_PARALLEL_KNOBS,
     ddp_traffic,
     deepspeed_fp16_needs_a_gpu,
     fsdp_refuses_channels_last,
     fsdp_traffic,
     horovod_traffic,
+    pipeline_check,
+    pipeline_traffic,
+    tensor_parallel_check,
+    tensor_parallel_traffic,
     zero_traffic,
 )
 from trainscale.study.launch_kinds import (
@@ -73,9 +79,13 @@ class FrameworkSpec:
     # framework in a Python that lacks it (horovod-torch needs Horovod built
     # with its torch extension, which the TensorFlow environment never has).
     requires: str
-    # Its example script, below examples/: the study's workload written as the
-    # framework's documentation teaches (trainscale.launching.examples, .refactoring).
-    example: str
+    # Its example script, below examples/: the study's image workload (VGG-16
+    # on CIFAR-100) written as the framework's documentation teaches
+    # (trainscale.launching.examples, .refactoring); "" for a framework that
+    # splits a GPT only.
+    example: str = ""
+    # Its example on the text workload (a GPT on text), where it has one.
+    text_example: str = ""
     one_node: bool = False
     one_device: bool = False
     # The knobs only this framework reads (and the entries sharing the object).
@@ -105,6 +115,10 @@ class FrameworkSpec:
     # (ELASTIC_KNOBS) and goes on from it, on the processes left or restarted
     # (trainscale.core.faults measures what that costs).
     elastic: bool = False
+    # Whether it splits one model over its ranks (pipeline stages, tensor-
+    # parallel layers) instead of replicating it: it runs the text models
+    # (trainscale.core.gpt) only.
+    splits_model: bool = False
 
 
 REGISTRY = (
@@ -196,6 +210,7 @@ REGISTRY = (
         backend="trainscale.frameworks.torch.torch_backend:TorchBackend",
         requires="torch",
         example="torch_single.py",
+        text_example="torch_gpt_single.py",
         one_node=True,
         one_device=True,
         compared_with="tf-single",
@@ -210,6 +225,7 @@ REGISTRY = (
         backend="trainscale.frameworks.torch.torch_ddp:DistributedDataParallel",
         requires="torch",
         example="torch_ddp.py",
+        text_example="torch_gpt_ddp.py",
         knobs=DDP_KNOBS,
         compared_with="horovod",
         traffic=ddp_traffic,
@@ -338,6 +354,42 @@ REGISTRY = (
         concept_evidence=(("elastic restart", ("elastic",)),),
         traffic=horovod_traffic,
         elastic=True,
+    ),
+    FrameworkSpec(
+        "torch-pipeline",
+        "PyTorch pipeline parallel",
+        "torch",
+        "torch_env",
+        TORCHRUN,
+        backend="trainscale.frameworks.torch.torch_pipeline:Pipeline",
+        requires="torch",
+        text_example="torch_pipeline.py",
+        knobs=PIPELINE_KNOBS,
+        concept_evidence=(
+            ("pipeline stages", ("PipelineStage",)),
+            ("microbatch schedule", ("ScheduleGPipe", "Schedule1F1B")),
+        ),
+        traffic=pipeline_traffic,
+        check=pipeline_check,
+        splits_model=True,
+    ),
+    FrameworkSpec(
+        "torch-tp",
+        "PyTorch tensor parallel",
+        "torch",
+        "torch_env",
+        TORCHRUN,
+        backend="trainscale.frameworks.torch.torch_tensor_parallel:TensorParallel",
+        requires="torch",
+        text_example="torch_tensor_parallel.py",
+        knobs=TENSOR_PARALLEL_KNOBS,
+        concept_evidence=(
+            ("device mesh", ("init_device_mesh",)),
+            ("layer sharding plan", ("parallelize_module", "ColwiseParallel", "RowwiseParallel")),
+        ),
+        traffic=tensor_parallel_traffic,
+        check=tensor_parallel_check,
+        splits_model=True,
     ),
 )
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)

@@ -20,7 +20,9 @@ import os
 
 from trainscale.core.datasets import DATASETS
 from trainscale.core.faults import FAULT_FORMS, NO_FAULT, check_fault
+from trainscale.core.gpt import GPT2_VOCABULARY, GPT_SHAPES, TEXT_MODELS
 from trainscale.core.setting import REQUIRED, Setting, SettingsError
+from trainscale.study.models import MODELS, check_model_input
 from trainscale.study.registry import (
     FRAMEWORKS,
     REGISTRY,
@@ -30,24 +32,6 @@ from trainscale.study.registry import (
 )
 
 __all__ = ["SettingsError", "RunSettings", "RunOptions", "validate"]
-
-# Smallest input side each model accepts (Keras' own limits for the
-# applications; small_cnn needs two 5x5 convolutions and two 2x2 poolings).
-MODEL_MIN_IMAGE_SIZE = {
-    "vgg16": 32,
-    "vgg19": 32,
-    "resnet50": 32,
-    "mobilenet_v2": 32,
-    "inception_v3": 75,
-    "small_cnn": 16,
-}
-MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
-# torch's twins have no such limit of Keras's: seed 004 trains ResNet-50 and
-# MobileNetV2 on MNIST's native 28 px (five stride-2 stages leave 1 x 1).
-TORCH_MIN_IMAGE_SIZE = {**MODEL_MIN_IMAGE_SIZE, "resnet50": 28, "mobilenet_v2": 28}
-# The models defined for torch too, as the same networks (trainscale.harness.torch_models);
-# the torch frameworks refuse the others.
-TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn")
 
 
 def _check_mode(s) -> str:
@@ -78,6 +62,14 @@ SETTINGS = (
     Setting("image_size", int, 0, "input side, resized to (each model has its minimum); "
             "0: the data set's native side (28 for MNIST, 32 for CIFAR, 224 synthetic)",
             minimum=0, group="data and device"),
+    # Declared for every run, read by the text models only (as image_size by
+    # the image models): 0 resolves to the model's and the data's own.
+    Setting("seq_len", int, 0, "tokens per example of a text model (a GPT); 0: the "
+            "model's context (1,024 for GPT-2's shapes)", minimum=0, group="data and device",
+            metavar="TOKENS"),
+    Setting("vocab_size", int, 0, "a text model's vocabulary; 0: the data set's (its "
+            f"256 byte tokens; synthetic tokens: GPT-2's {GPT2_VOCABULARY:,})", minimum=0,
+            group="data and device", metavar="TOKENS"),
     Setting("dataset", str, "cifar100", "read from --data-dir (trainscale.core.datasets), "
             "or synthetic", choices=tuple(DATASETS), group="data and device", axis=True),
     Setting("data_dir", str, "data", "holds the data set's release (e.g. "
@@ -128,6 +120,11 @@ SETTINGS = (
             "(a fraction); 0: no target, train every epoch", minimum=0, group="accuracy",
             check=lambda s: "--target-accuracy is a fraction: at most 1"
             if s.target_accuracy > 1 else ""),
+    Setting("target_perplexity", float, 0.0, "accuracy mode, a text model: stop at this "
+            "validation perplexity or below; 0: no target", minimum=0, group="accuracy",
+            check=lambda s: "--target-perplexity is a text model's (a gpt-*): "
+            f"--model {s.model} has --target-accuracy" if s.target_perplexity and not s.is_text
+            else ""),
     Setting("lr_scaling", str, "none", "scale the learning rate with the replicas "
             "(Goyal et al.): none, linear or sqrt", choices=("none", "linear", "sqrt"),
             group="accuracy"),
@@ -152,6 +149,11 @@ SETTINGS = (
     Setting("compile", bool, False, "torch.compile the model", readers=("torch",), axis=True),
     Setting("channels_last", bool, False, "NHWC memory layout for model and batches",
             readers=("torch",), axis=True),
+    Setting("activation_checkpointing", bool, False, "recompute each transformer block's "
+            "activations in backward instead of keeping them (a text model's)",
+            readers=("torch",), axis=True, check=lambda s: "--activation-checkpointing "
+            f"recomputes a GPT's blocks: --model {s.model} has none"
+            if s.activation_checkpointing and not s.is_text else ""),
 )  # fmt: skip
 
 
@@ -214,9 +216,28 @@ class _RunSettings:
 
     def __post_init__(self):
         # --image-size 0 is the data set's native side, resolved here once, so
-        # everything downstream (models, records, the settings hash) sees the size.
-        if self.image_size == 0 and self.dataset in DATASETS:
+        # everything downstream (models, records, the settings hash) sees the
+        # size; --seq-len and --vocab-size 0 likewise, for a text model.
+        if self.is_text:
+            if self.seq_len == 0:
+                object.__setattr__(self, "seq_len", GPT_SHAPES[self.model].context)
+            if self.vocab_size == 0:
+                text = self.dataset in DATASETS and DATASETS[self.dataset].is_text
+                vocabulary = DATASETS[self.dataset].num_classes if text else GPT2_VOCABULARY
+                object.__setattr__(self, "vocab_size", vocabulary)
+        elif self.image_size == 0 and self.dataset in DATASETS:
             object.__setattr__(self, "image_size", DATASETS[self.dataset].native_size)
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the model reads tokens (a GPT) rather than images."""
+        return self.model in TEXT_MODELS
+
+    @property
+    def targets_per_example(self) -> int:
+        """What one example's loss averages over: its tokens' next-token
+        predictions for a text model, one label for an image."""
+        return self.seq_len if self.is_text else 1
 
     @property
     def replicas(self) -> int:
@@ -228,7 +249,8 @@ class _RunSettings:
 
     @property
     def num_classes(self) -> int:
-        return DATASETS[self.dataset].num_classes
+        """The model's outputs: the data set's classes, or a text model's vocabulary."""
+        return self.vocab_size if self.is_text else DATASETS[self.dataset].num_classes
 
     @property
     def input_channels(self) -> int:
@@ -350,17 +372,9 @@ def validate(settings, *, check_data: bool = True):
         if message:
             raise SettingsError(message)
     spec = framework_spec(s.framework)
-    minimum = (TORCH_MIN_IMAGE_SIZE if spec.ecosystem == "torch" else MODEL_MIN_IMAGE_SIZE)[s.model]
-    if s.image_size < minimum:
-        raise SettingsError(
-            f"--image-size {s.image_size} is below {s.model}'s minimum of {minimum}"
-            + (" (Keras's)" if minimum > TORCH_MIN_IMAGE_SIZE[s.model] else "")
-        )
-    if spec.ecosystem == "torch" and s.model not in TORCH_MODELS:
-        raise SettingsError(
-            f"--model {s.model} is not defined for torch, so it would not be the same network "
-            f"as TensorFlow's; {s.framework} runs {', '.join(TORCH_MODELS)}"
-        )
+    refused = check_model_input(s, spec.ecosystem, spec.splits_model)
+    if refused:
+        raise SettingsError(refused)
     if spec.one_device and (s.nodes, s.gpus_per_node) != (1, 1):
         raise SettingsError(
             f"--framework {s.framework} runs on one device: use --nodes 1 --gpus-per-node 1"

@@ -24,7 +24,7 @@ from trainscale.frameworks.tensorflow.strategies import (
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod, optimizer_variables
 from trainscale.harness.backend import Backend, horovod_versions
 from trainscale.harness.data import image_dataset, prepare_images, synthetic_dataset
-from trainscale.harness.flops import training_flops_per_image
+from trainscale.harness.flops import text_training_flops_per_example, training_flops_per_image
 from trainscale.harness.models import build_model
 from trainscale.study.settings import RunSettings
 
@@ -69,13 +69,7 @@ def make_dataset_fn(settings: RunSettings, train=None):
             # Pipeline k of n feeds replicas k*r .. k*r + r-1 (r = replicas / n).
             per_pipeline = settings.replicas // num_shards
             first = shard_index * per_pipeline
-            return synthetic_dataset(
-                shard_indices=range(first, first + per_pipeline),
-                batch_size=batch_size,
-                image_size=settings.image_size,
-                num_classes=settings.num_classes,
-                seed=settings.seed,
-            )
+            return synthetic_dataset(settings, range(first, first + per_pipeline), batch_size)
 
     return dataset_fn
 
@@ -98,12 +92,14 @@ def build_train_step(framework, model, optimizer, settings: RunSettings):
     loss_batch_size = framework.loss_batch_size()
 
     def replica_step(images, labels):
-        images = prepare_images(images, settings.image_size, compute_dtype, settings.dataset)
+        if not settings.is_text:  # a text model's tokens go in as they are
+            images = prepare_images(images, settings.image_size, compute_dtype, settings.dataset)
         with tf.GradientTape() as tape:
             logits = tf.cast(model(images, training=True), tf.float32)
-            loss = tf.nn.compute_average_loss(
-                loss_per_example(labels, logits), global_batch_size=loss_batch_size
-            )
+            losses = loss_per_example(labels, logits)
+            if settings.is_text:  # an example's loss: the mean over its tokens
+                losses = tf.reduce_mean(losses, axis=-1)
+            loss = tf.nn.compute_average_loss(losses, global_batch_size=loss_batch_size)
             objective = optimizer.get_scaled_loss(loss) if loss_scaling else loss
         tape = framework.wrap_tape(tape)
         gradients = tape.gradient(objective, model.trainable_variables)
@@ -136,10 +132,17 @@ def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
 
     @tf.function
     def eval_step(images, labels, weights):
-        inputs = prepare_images(images, settings.image_size, model.compute_dtype, settings.dataset)
+        inputs = images
+        if not settings.is_text:
+            inputs = prepare_images(
+                images, settings.image_size, model.compute_dtype, settings.dataset
+            )
         logits = tf.cast(model(inputs, training=False), tf.float32)
-        correct = tf.cast(tf.argmax(logits, axis=1, output_type=tf.int32) == labels, tf.float32)
+        predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        correct = tf.cast(predicted == tf.cast(labels, tf.int32), tf.float32)
         losses = loss_per_example(labels, logits)
+        if settings.is_text:  # an example's: the mean over its tokens
+            correct, losses = tf.reduce_mean(correct, axis=-1), tf.reduce_mean(losses, axis=-1)
         return (
             tf.reduce_sum(losses * weights),
             tf.reduce_sum(correct * weights),
@@ -178,7 +181,11 @@ class TensorFlowBackend(Backend):
         tf.keras.utils.set_random_seed(settings.seed)
         with framework.scope():
             self.model = build_model(
-                settings.model, settings.image_size, settings.num_classes, settings.input_channels
+                settings.model,
+                settings.image_size,
+                settings.num_classes,
+                settings.input_channels,
+                seq_len=settings.seq_len,
             )
             self.optimizer = make_optimizer(settings)
         train, test = self.read_splits()
@@ -265,6 +272,8 @@ class TensorFlowBackend(Backend):
 
     def training_flops_per_image(self) -> int:
         s = self.settings
+        if s.is_text:
+            return text_training_flops_per_example(s)
         return training_flops_per_image(s.model, s.image_size, s.num_classes, s.input_channels)
 
     def software_versions(self) -> dict:

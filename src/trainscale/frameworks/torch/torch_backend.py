@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from trainscale.core.accuracy import evaluation_batches
 from trainscale.core.datasets import DATASETS
 from trainscale.harness.backend import Backend, DeviceError, batches_trained, horovod_versions
-from trainscale.harness.data import numpy_batches, synthetic_batch
-from trainscale.harness.flops import TRAINING_OVER_FORWARD
+from trainscale.harness.data import numpy_batches, synthetic_example_batch
+from trainscale.harness.flops import TRAINING_OVER_FORWARD, text_training_flops_per_example
 from trainscale.harness.torch_models import build_torch_model
 from trainscale.study.elastic_kinds import world_size_error
 from trainscale.study.settings import cpu_share
@@ -97,7 +97,10 @@ class TorchBackend(Backend):
         self.check_world_size(self.topology.num_processes)
         torch.manual_seed(s.seed)  # the same initial weights in every process
         self.memory_format = torch.channels_last if s.channels_last else torch.contiguous_format
-        module = build_torch_model(s.model, s.image_size, s.num_classes, s.input_channels)
+        module = build_torch_model(
+            s.model, s.image_size, s.num_classes, s.input_channels, seq_len=s.seq_len
+        )
+        module.checkpoint_activations = s.activation_checkpointing  # a GPT reads it
         module = module.to(self.device)
         self.module = module.to(memory_format=self.memory_format)
         self.parameter_count = sum(p.numel() for p in module.parameters() if p.requires_grad)
@@ -138,17 +141,24 @@ class TorchBackend(Backend):
             return torch.optim.Adam(parameters, lr=s.learning_rate, eps=1e-7)
         return torch.optim.SGD(parameters, lr=s.learning_rate)
 
+    def data_shard(self) -> tuple[int, int]:
+        """(the data shard this process reads, of how many shards): a
+        data-parallel rank reads its own; a model-parallel framework's ranks
+        share theirs (a pipeline's, a tensor-parallel group's)."""
+        return self.topology.process_index, self.topology.num_processes
+
     def _batches(self, train):
         """Model-ready (images, labels) on the device, one pair per step, for ever."""
         s = self.settings
-        if train is None:  # synthetic
-            images, labels = synthetic_batch(
-                shard_index=self.topology.process_index,
-                batch_size=s.batch_size,
-                image_size=s.image_size,
-                num_classes=s.num_classes,
-                seed=s.seed,
-            )
+        shard, shards = self.data_shard()
+        # A shard's batch is the batches of the replicas that read it.
+        replicas = self.topology.num_processes // shards
+        if train is None:  # synthetic: each replica's own batch, as in TensorFlow
+            first = shard * replicas
+            parts = [
+                synthetic_example_batch(s, r, s.batch_size) for r in range(first, first + replicas)
+            ]
+            images, labels = (np.concatenate(part) for part in zip(*parts))
             # Laid out for the model once, on the host; copied to the device
             # every step, as TensorFlow's iterator copies its synthetic batch.
             images = self.prepare_images(torch.from_numpy(images))
@@ -159,9 +169,9 @@ class TorchBackend(Backend):
                 yield images.to(self.device, non_blocking=True), labels.to(self.device)
         for image_batch, label_batch in numpy_batches(
             *train,
-            shard_index=self.topology.process_index,
-            num_shards=self.topology.num_processes,
-            batch_size=s.batch_size,
+            shard_index=shard,
+            num_shards=shards,
+            batch_size=s.batch_size * replicas,
             seed=s.seed,
             augment=s.augmentation != "none",
         ):
@@ -197,14 +207,23 @@ class TorchBackend(Backend):
                 else:
                     with torch.autocast(self.device.type, self.autocast):
                         logits = self.model(images).float()
-                losses = F.cross_entropy(logits, labels, reduction="none")
-                correct = (logits.argmax(dim=1) == labels).float()
+                # An example's loss and accuracy: over its tokens, for a text model.
+                batch = len(labels)
+                losses = (
+                    F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none")
+                    .view(batch, -1)
+                    .mean(dim=1)
+                )
+                correct = (logits.argmax(dim=-1) == labels).float().view(batch, -1).mean(dim=1)
                 totals += torch.stack([losses @ weights, correct @ weights, weights.sum()])
         self.model.train()
         return totals.cpu().numpy()
 
     def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
-        """As data.prepare_images: uint8 -> normalised float, NHWC -> NCHW, resized."""
+        """As data.prepare_images: uint8 -> normalised float, NHWC -> NCHW,
+        resized; a text model's token ids go in as they are."""
+        if self.settings.is_text:
+            return images.long()
         if images.dtype == torch.uint8:
             dataset = DATASETS[self.settings.dataset]
             mean = torch.tensor(dataset.mean, device=images.device)
@@ -233,9 +252,13 @@ class TorchBackend(Backend):
             with torch.autocast(self.device.type, self.autocast):
                 logits = self.model(images)
         # float(): the logits of a model in half precision (no-op in fp32).
-        loss = F.cross_entropy(logits.float(), labels, reduction="sum")
-        # The global batch of the world as it is (an elastic one may have shrunk).
-        loss = loss / (self.settings.batch_size * self.topology.num_replicas)
+        # A text model's (batch, tokens, vocabulary) flatten to one
+        # prediction per token; an image model's are one per image already.
+        loss = F.cross_entropy(logits.float().flatten(0, -2), labels.flatten(), reduction="sum")
+        # The mean over the global batch of the world as it is (an elastic
+        # one may have shrunk) and over each example's targets.
+        s = self.settings
+        loss = loss / (s.batch_size * self.topology.num_replicas * s.targets_per_example)
         self.update(loss if self.gradient_scale == 1 else loss * self.gradient_scale)
         return loss.detach()
 
@@ -265,6 +288,8 @@ class TorchBackend(Backend):
 
     def training_flops_per_image(self) -> int:
         s = self.settings
+        if s.is_text:
+            return text_training_flops_per_example(s)
         return TRAINING_OVER_FORWARD * torch_forward_flops_per_image(
             s.model, s.image_size, s.num_classes, s.input_channels
         )

@@ -4,10 +4,10 @@ As PyTorch's FSDP2 tutorial teaches: each block of the model is sharded,
 then the root, and the optimizer is built afterwards, on the sharded (DTensor)
 parameters, so every rank holds 1/N of the parameters, gradients and
 optimizer state. A block is each top-level layer that holds parameters
-(trainscale's torch models are nn.Sequential: a convolution, a dense layer,
-a ResNet bottleneck). Mixed precision is FSDP2's MixedPrecisionPolicy
-(parameters gathered in bf16/fp16 for the compute, gradients reduced in
-fp32), not autocast; fp16 keeps the step's GradScaler.
+(trainscale's image models are nn.Sequential: a convolution, a dense layer,
+a ResNet bottleneck), and each transformer block of a GPT. Mixed precision
+is FSDP2's MixedPrecisionPolicy (parameters gathered in bf16/fp16 for the
+compute, gradients reduced in fp32), not autocast; fp16 keeps the step's GradScaler.
 --fsdp-reshard-after-forward frees each block's gathered parameters after
 its forward and gathers them again in backward (ZeRO-3's traffic); off
 keeps them until backward (more memory, one all-gather less).
@@ -29,6 +29,16 @@ from trainscale.frameworks.torch.torch_distributed import TorchDistributed
 _PARAMETER_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def shard_units(module):
+    """The model's blocks, each sharded on its own: its top-level layers, and
+    each member of a container of them (a GPT's transformer blocks)."""
+    for child in module.children():
+        if isinstance(child, (torch.nn.ModuleDict, torch.nn.ModuleList)):
+            yield from child.children()
+        else:
+            yield child
+
+
 class FullyShardedDataParallel(TorchDistributed):
     precision_by_autocast = False
 
@@ -47,7 +57,7 @@ class FullyShardedDataParallel(TorchDistributed):
             mp_policy=policy,
             reshard_after_forward=self.settings.fsdp_reshard_after_forward,
         )
-        for block in module.children():
+        for block in shard_units(module):
             if any(True for _ in block.parameters()):
                 fully_shard(block, **options)
         fully_shard(module, **options)

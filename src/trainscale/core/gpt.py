@@ -1,0 +1,95 @@
+"""trainscale's text models: a GPT-style decoder's size ladder, its parameter
+count and its training FLOPs per token. Pure: no TensorFlow, no torch.
+
+The network (trainscale.harness.torch_gpt and trainscale.harness.keras_gpt
+build it, the same parameter for parameter):
+
+- a token embedding (vocabulary x width) plus a learned position embedding
+  (sequence length x width);
+- `layers` pre-norm blocks, each x + attention(norm(x)), then
+  x + mlp(norm(x)): causal multi-head self-attention with separate query,
+  key, value and output projections (width x width, with biases), and an MLP
+  of width -> 4 x width -> width with GELU (its tanh form, GPT-2's);
+- a final layer norm (epsilon 1e-5 everywhere, GPT-2's) and an output head
+  (width x vocabulary, no bias).
+
+The head is **untied** from the token embedding (GPT-2 ties them): a pipeline
+puts the embedding on its first stage and the head on its last, and a tied
+weight would have to be kept equal across two ranks (torchtitan's Llama is
+untied for the same reason). So GPT-2 small's shape has 163 M parameters
+here at 1,024 positions and 50,257 tokens, 124 M plus a second 38.6 M
+vocabulary matrix. There is no dropout: a benchmark's step is the same
+without it, and the two ecosystems' random streams could not match.
+Weights start from N(0, 0.02) (GPT-2's), biases at zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The vocabulary of GPT-2's byte-pair encoding: the default on synthetic tokens.
+GPT2_VOCABULARY = 50_257
+INIT_STDDEV = 0.02
+LAYER_NORM_EPSILON = 1e-5
+MLP_RATIO = 4
+
+
+@dataclass(frozen=True)
+class GptShape:
+    layers: int
+    heads: int
+    width: int  # the model dimension; heads x head width
+    context: int  # the sequence length a run takes when --seq-len is 0
+
+    @property
+    def head_width(self) -> int:
+        return self.width // self.heads
+
+
+# The ladder: two small shapes for CPUs (tests, the demo, the CPU memory
+# study), then GPT-2's four (Radford et al. 2019, table 2) for clusters.
+GPT_SHAPES = {
+    "gpt-tiny": GptShape(layers=2, heads=2, width=64, context=64),
+    "gpt-mini": GptShape(layers=4, heads=4, width=256, context=128),
+    "gpt2-small": GptShape(layers=12, heads=12, width=768, context=1024),
+    "gpt2-medium": GptShape(layers=24, heads=16, width=1024, context=1024),
+    "gpt2-large": GptShape(layers=36, heads=20, width=1280, context=1024),
+    "gpt2-xl": GptShape(layers=48, heads=25, width=1600, context=1024),
+}
+TEXT_MODELS = tuple(GPT_SHAPES)
+
+
+def block_parameters(shape: GptShape) -> int:
+    """One block: two layer norms, four attention projections, the MLP."""
+    e, hidden = shape.width, MLP_RATIO * shape.width
+    return 2 * 2 * e + 4 * (e * e + e) + (e * hidden + hidden) + (hidden * e + e)
+
+
+def embedding_parameters(shape: GptShape, seq_len: int, vocabulary: int) -> int:
+    """The two lookup tables, token and position: no multiply-adds."""
+    return vocabulary * shape.width + seq_len * shape.width
+
+
+def parameter_count(name: str, seq_len: int, vocabulary: int) -> int:
+    """Every trainable number of model `name` at this sequence length and vocabulary."""
+    shape = GPT_SHAPES[name]
+    return (
+        embedding_parameters(shape, seq_len, vocabulary)
+        + shape.layers * block_parameters(shape)
+        + 2 * shape.width  # the final layer norm
+        + shape.width * vocabulary  # the head
+    )
+
+
+def training_flops_per_token(name: str, seq_len: int, vocabulary: int) -> int:
+    """6 N + 12 L H Q T, as PaLM's appendix B and torchtitan count a training
+    step's FLOPs per token: N the parameters that multiply (the embedding
+    tables are lookups and are left out, as torchtitan leaves them out), a
+    forward and a backward of two passes each, 3 x 2 FLOPs per weight; and
+    the attention's two T x T products per layer (scores and the weighted
+    sum), counted in full although the causal mask makes half of them zero."""
+    shape = GPT_SHAPES[name]
+    dense = parameter_count(name, seq_len, vocabulary) - embedding_parameters(
+        shape, seq_len, vocabulary
+    )
+    return 6 * dense + 12 * shape.layers * shape.width * seq_len

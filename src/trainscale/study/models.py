@@ -1,0 +1,70 @@
+"""The models a study may name, and what each reads: images of at least some
+side, or tokens. Pure: the settings, the schema and the CLI take the `model`
+axis's choices from here; the networks themselves are built by
+trainscale.harness.models (Keras) and trainscale.harness.torch_models
+(torch), the same network in both.
+"""
+
+from __future__ import annotations
+
+from trainscale.core.datasets import DATASETS
+from trainscale.core.gpt import TEXT_MODELS
+
+# Smallest input side each image model accepts (Keras' own limits for the
+# applications; small_cnn needs two 5x5 convolutions and two 2x2 poolings).
+MODEL_MIN_IMAGE_SIZE = {
+    "vgg16": 32,
+    "vgg19": 32,
+    "resnet50": 32,
+    "mobilenet_v2": 32,
+    "inception_v3": 75,
+    "small_cnn": 16,
+}
+IMAGE_MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
+# The text models (trainscale.core.gpt: a GPT-style decoder's size ladder).
+MODELS = (*IMAGE_MODELS, *TEXT_MODELS)
+# torch's twins have no such limit of Keras's: seed 004 trains ResNet-50 and
+# MobileNetV2 on MNIST's native 28 px (five stride-2 stages leave 1 x 1).
+TORCH_MIN_IMAGE_SIZE = {**MODEL_MIN_IMAGE_SIZE, "resnet50": 28, "mobilenet_v2": 28}
+# The models defined for torch too, as the same networks; the torch
+# frameworks refuse the others.
+TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn", *TEXT_MODELS)
+# The data sets a text model reads: text, or synthetic tokens.
+TEXT_DATASETS = (*(name for name, d in DATASETS.items() if d.is_text), "synthetic")
+
+
+def check_model_input(s, ecosystem: str, splits_model: bool = False) -> str:
+    """Why settings `s` cannot run their model in `ecosystem` ("" if they can):
+    a text model reads a text data set; an image model images at least its
+    smallest side; a torch framework only the models torch defines; a
+    framework that splits a model (`splits_model`) a GPT's blocks only."""
+    if splits_model and s.model not in TEXT_MODELS:
+        return (
+            f"--model {s.model}: {s.framework} splits a GPT's blocks and layers over its "
+            f"ranks; run it with {', '.join(TEXT_MODELS)}"
+        )
+    if ecosystem == "torch" and s.model not in TORCH_MODELS:
+        return (
+            f"--model {s.model} is not defined for torch, so it would not be the same network "
+            f"as TensorFlow's; {s.framework} runs {', '.join(TORCH_MODELS)}"
+        )
+    if s.model in TEXT_MODELS:
+        if s.dataset not in TEXT_DATASETS:
+            return (
+                f"--model {s.model} reads tokens: --dataset {s.dataset} holds images; "
+                f"use {', '.join(TEXT_DATASETS)}"
+            )
+        vocabulary = DATASETS[s.dataset].num_classes
+        if DATASETS[s.dataset].is_text and s.vocab_size < vocabulary:
+            return f"--vocab-size {s.vocab_size} is below {s.dataset}'s {vocabulary} byte tokens"
+        return ""
+    if DATASETS[s.dataset].is_text:
+        return (
+            f"--model {s.model} reads images: --dataset {s.dataset} holds text (a gpt-* reads it)"
+        )
+    minimum = (TORCH_MIN_IMAGE_SIZE if ecosystem == "torch" else MODEL_MIN_IMAGE_SIZE)[s.model]
+    if s.image_size < minimum:
+        return f"--image-size {s.image_size} is below {s.model}'s minimum of {minimum}" + (
+            " (Keras's)" if minimum > TORCH_MIN_IMAGE_SIZE[s.model] else ""
+        )
+    return ""
