@@ -121,9 +121,12 @@ def frameworks_page() -> str:
             f"- training code: `{spec.backend}`"
             + (f"; driver `{spec.driver}`" if spec.driver else ""),
             f"- knobs it reads beyond every framework's: {knobs}",
-            f"- example: `examples/{spec.example}`"
-            + "".join(f", `examples/{f}`" for f in spec.example_files),
+            "- examples: "
+            + ", ".join(f"`examples/{f}`" for f in (spec.example, *spec.example_files) if f)
+            + (f"; on a GPT: `examples/{spec.text_example}`" if spec.text_example else ""),
         ]
+        if spec.splits_model:
+            lines.append("- splits the model over its ranks: runs the text models (gpt-*) only")
         if spec.compared_with:
             lines.append(f"- held against `{spec.compared_with}` in the cross-ecosystem table")
         if spec.check:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import copy_repository, local_study, snakemake
 
-from trainscale.core.accuracy import learning_rate, time_to_target
+from trainscale.core.accuracy import Target, learning_rate, time_to_target
 from trainscale.core.records import record_paths
 
 pytestmark = pytest.mark.xdist_group("accuracy-study")
@@ -78,7 +78,7 @@ def test_every_run_reaches_the_target_and_records_its_curve(study):
         assert record["training_seconds"] == curve[-1]["wall_seconds"]
         # The stated rule, applied to the recorded curve.
         assert (record["time_to_target_seconds"], record["epochs_to_target"]) == time_to_target(
-            curve, TARGET
+            curve, Target("test_accuracy", TARGET)
         )
         walls = [p["wall_seconds"] for p in curve]
         assert walls == sorted(walls) and walls[0] > 0
