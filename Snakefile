@@ -34,6 +34,7 @@ include: "workflow/rules/predict.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/accuracy.smk"
 include: "workflow/rules/recovery.smk"
+include: "workflow/rules/sharding.smk"
 
 
 onstart:

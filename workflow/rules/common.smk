@@ -40,6 +40,7 @@ from trainscale.network.probe import (
 )
 from trainscale.analysis import outputs
 from trainscale.launching.examples import examples_of
+from trainscale.core.gpt import TEXT_MODELS
 from trainscale.study import workflow_hooks
 from trainscale.study.study_folder import (
     check_study_folder,
@@ -392,6 +393,20 @@ def accuracy_files():
 FAULTED = any(run_settings(config, p).fault != "none" for p in RUNNABLE)
 
 
+# A study of text models at 2 or more sizes is a sharding-memory study.
+SHARDED = len({p.model for p in RUNNABLE if p.model in TEXT_MODELS}) >= 2
+
+
+def sharding_files():
+    """(tables, figures) of the memory study; none without two text model sizes."""
+    if not SHARDED:
+        return [], []
+    tables = outputs.table_files(
+        RESULTS, [outputs.SHARDING_MEMORY, outputs.SHARDING_CROSSOVER]
+    )
+    return tables, outputs.figure_files(RESULTS, [outputs.SHARDING_MEMORY])
+
+
 def recovery_files():
     """(tables, figures) of what the faults cost; none without a fault."""
     if not FAULTED:
@@ -421,6 +436,8 @@ def all_outputs():
         *network_outputs(),
         *recovery_files()[0],
         *recovery_files()[1],
+        *sharding_files()[0],
+        *sharding_files()[1],
     ]
 
 

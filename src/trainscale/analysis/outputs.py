@@ -37,6 +37,9 @@ ACCURACY, RANKS = "accuracy", "ranks"
 NETWORK = "network"
 # recovery_report.write_recovery (a study with a fault): two tables and a figure
 RECOVERY, GOODPUT, RECOVERY_TIMELINE = "recovery", "goodput", "recovery_timeline"
+# sharding_report.write_sharding (a study of text models at 2 or more sizes):
+# two tables and a figure named like the first
+SHARDING_MEMORY, SHARDING_CROSSOVER = "sharding_memory", "sharding_crossover"
 
 
 def study_tables(reference: bool) -> list[str]:

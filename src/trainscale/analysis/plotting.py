@@ -141,7 +141,8 @@ def finish(fig, panels, paths: list[str], title: str, note: str | None = None):
     fig.suptitle(wrapped(title, fig.get_figwidth()))
     for ax, _ in panels:
         if ax.has_data():
-            ax.set_ylim(bottom=0)
+            if ax.get_yscale() == "linear":
+                ax.set_ylim(bottom=0)
         else:
             ax.text(
                 0.5, 0.5, "no ok runs to plot", ha="center", va="center", transform=ax.transAxes

@@ -23,6 +23,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from trainscale.core.gpt import GPT_SHAPES, parameter_count
 from trainscale.core.records import read_record
 from trainscale.core.setting import renamed
 from trainscale.study.registry import label as framework_label
@@ -59,6 +60,8 @@ COLUMNS = [
     "images_per_sec_mean",
     "images_per_sec_std",
     "tokens_per_sec_mean",
+    "trainable_parameters",
+    "memory_capacity_per_replica_mib",
     "blocks",
     "per_gpu_images_per_sec",
     "achieved_tflops",
@@ -136,6 +139,12 @@ def record_row(study: str, path: str) -> dict:
         "images_per_sec_std": rate.get("std"),
         # A text model's examples are sequences: its rate in tokens too.
         "tokens_per_sec_mean": (record.get("tokens_per_sec") or {}).get("mean", math.nan),
+        "trainable_parameters": trainable_parameters(record),
+        # What one replica had to fit in (the GPU's memory, or the CPU's share).
+        "memory_capacity_per_replica_mib": (
+            record.get("memory_capacity_per_replica_bytes") or math.nan
+        )
+        / 2**20,  # fmt: skip
         "blocks": len(rate.get("samples") or []) or np.nan,
         "per_gpu_images_per_sec": mean / gpus if mean is not None else None,
         # Model FLOPs utilisation (trainscale.harness.flops); None where the device's
@@ -151,6 +160,17 @@ def record_row(study: str, path: str) -> dict:
         "settings_hash": record.get("settings_hash"),
         "record": path,
     }
+
+
+def trainable_parameters(record: dict) -> float:
+    """The model's parameters: the record's count, or for a text model that
+    ran out of memory before counting them, the GPT formula's."""
+    if record.get("trainable_parameters"):
+        return record["trainable_parameters"]
+    settings = record.get("settings") or {}
+    if record.get("model") in GPT_SHAPES and settings.get("seq_len") and settings.get("vocab_size"):
+        return parameter_count(record["model"], settings["seq_len"], settings["vocab_size"])
+    return math.nan
 
 
 def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
@@ -267,6 +287,11 @@ def _pooled(group: pd.DataFrame) -> pd.Series:
             .mean(),
             "gpu_utilisation_percent": group["gpu_utilisation_percent"].astype(float).mean(),
             "gpu_memory_peak_mib": group["gpu_memory_peak_mib"].astype(float).max(),
+            "tokens_per_sec_mean": group["tokens_per_sec_mean"].astype(float).mean(),
+            "trainable_parameters": group["trainable_parameters"].astype(float).max(),
+            "memory_capacity_per_replica_mib": group["memory_capacity_per_replica_mib"]
+            .astype(float)
+            .min(),
         }
     )
 
@@ -285,6 +310,9 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
         "peak_memory_per_replica_mib",
         "gpu_utilisation_percent",
         "gpu_memory_peak_mib",
+        "tokens_per_sec_mean",
+        "trainable_parameters",
+        "memory_capacity_per_replica_mib",
     )
     tidy = tidy.assign(**{c: np.nan for c in measures if c not in tidy})
     tidy = tidy.assign(knobs=tidy["knobs"].fillna("") if "knobs" in tidy else "")
@@ -316,6 +344,8 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
                             "images_per_sec_std": math.nan,
                             "repeats": 0,
                             **{measure: math.nan for measure in measures},
+                            # What did not fit is still a model of a size.
+                            "trainable_parameters": group["trainable_parameters"].max(),
                             "status": status,
                         }
                     ]

@@ -208,6 +208,12 @@ class Backend:
         rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return {"bytes": int(rss_kib) * 1024, "source": "process peak RSS (CPU run)"}
 
+    def memory_capacity(self) -> dict:
+        """The memory one replica of this process may use: on GPUs its
+        device's, on CPUs the process's share of what its memory cgroup (or
+        else the machine) allows the node's processes."""
+        return cpu_memory_capacity(self.settings.processes_per_node())
+
     def gpu_name(self) -> str:
         raise NotImplementedError
 
@@ -216,6 +222,35 @@ class Backend:
 
     def software_versions(self) -> dict:
         raise NotImplementedError
+
+
+def cpu_memory_capacity(processes_on_node: int) -> dict:
+    """This process's share of the memory its cgroup (v1 or v2), or else the
+    machine, allows: what a CPU replica must fit in."""
+    limit, source = None, "MemTotal of /proc/meminfo"
+    try:
+        with open("/proc/self/cgroup") as handle:
+            lines = [line.strip().split(":", 2) for line in handle]
+        for _, controllers, path in lines:
+            name = "memory.limit_in_bytes" if controllers == "memory" else "memory.max"
+            base = "/sys/fs/cgroup/memory" if controllers == "memory" else "/sys/fs/cgroup"
+            if controllers not in ("memory", ""):
+                continue
+            candidate = os.path.join(base + path, name)
+            if os.path.isfile(candidate):
+                with open(candidate) as handle:
+                    value = handle.read().strip()
+                if value.isdigit() and int(value) < 2**60:  # "max" or ~2**63: no limit
+                    limit, source = int(value), f"cgroup {candidate}"
+                    break
+        if limit is None:
+            with open("/proc/meminfo") as handle:
+                limit = int(next(line for line in handle if line.startswith("MemTotal")).split()[1])
+                limit *= 1024
+    except (OSError, ValueError, StopIteration):
+        return {"bytes": None, "source": "unknown"}
+    share = max(1, processes_on_node)
+    return {"bytes": limit // share, "source": f"{source} / {share} process(es) on the node"}
 
 
 # --------------------------------------------------------------------------

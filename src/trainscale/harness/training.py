@@ -72,6 +72,7 @@ def process_description(backend: Backend) -> dict:
         "replicas": topology.replicas_in_process,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "peak_memory": backend.peak_memory(),
+        "memory_capacity": backend.memory_capacity(),
     }
 
 
@@ -239,6 +240,11 @@ def _record(
         # replicas MirroredStrategy puts in one process share its peak).
         "peak_memory_bytes": max((p["peak_memory"]["bytes"] or 0) for p in processes) or None,
         "peak_memory_source": processes[0]["peak_memory"]["source"],
+        # What a replica had to fit in: the smallest any process had.
+        "memory_capacity_per_replica_bytes": min(
+            (p["memory_capacity"]["bytes"] for p in processes if p["memory_capacity"]["bytes"]),
+            default=None,
+        ),
         # NVML's view while it trained (trainscale.core.gpu_monitor): null on CPUs,
         # and gpu_monitor_note says why.
         "gpu_utilisation": combine(

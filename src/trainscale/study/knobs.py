@@ -251,6 +251,58 @@ DEEPSPEED_KNOBS = (
         axis=True,
         group="communication",
     ),
+    # ZeRO's buffers, at DeepSpeed 0.19.8's defaults (runtime/zero/config.py),
+    # in numbers of elements: what a sharded run holds beyond its shards.
+    Setting(
+        "zero_reduce_bucket_size",
+        int,
+        500_000_000,
+        "deepspeed: elements of gradient reduced at a time (reduce_bucket_size; "
+        "its buffer is held whole)",
+        minimum=1,
+        axis=True,
+        group="memory",
+    ),
+    Setting(
+        "zero_prefetch_bucket_size",
+        int,
+        50_000_000,
+        "deepspeed ZeRO-3: elements of parameters gathered ahead of their use "
+        "(stage3_prefetch_bucket_size)",
+        minimum=0,
+        axis=True,
+        group="memory",
+    ),
+    Setting(
+        "zero_max_live_parameters",
+        int,
+        1_000_000_000,
+        "deepspeed ZeRO-3: elements of gathered parameters a rank keeps before it "
+        "releases any (stage3_max_live_parameters)",
+        minimum=0,
+        axis=True,
+        group="memory",
+    ),
+    Setting(
+        "zero_max_reuse_distance",
+        int,
+        1_000_000_000,
+        "deepspeed ZeRO-3: a gathered parameter used again within this many elements "
+        "is kept, not released (stage3_max_reuse_distance)",
+        minimum=0,
+        axis=True,
+        group="memory",
+    ),
+    Setting(
+        "zero_param_persistence_threshold",
+        int,
+        100_000,
+        "deepspeed ZeRO-3: parameters this small are never sharded, every rank keeps "
+        "them whole (stage3_param_persistence_threshold)",
+        minimum=0,
+        axis=True,
+        group="memory",
+    ),
 )
 
 

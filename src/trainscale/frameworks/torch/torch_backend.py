@@ -283,6 +283,12 @@ class TorchBackend(Backend):
         peak = torch.cuda.max_memory_allocated(self.device)
         return {"bytes": int(peak), "source": "torch cuda allocator peak"}
 
+    def memory_capacity(self) -> dict:
+        if self.settings.device != "gpu":
+            return super().memory_capacity()
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return {"bytes": int(total), "source": "torch cuda device total memory"}
+
     def gpu_name(self) -> str:
         return torch.cuda.get_device_name(self.device)
 

@@ -61,7 +61,15 @@ class DeepSpeed(TorchDistributed):
             "gradient_accumulation_steps": 1,
             # DeepSpeed >= 0.19.3 clips to norm 1.0 unless told: not the study's update.
             "gradient_clipping": 0.0,
-            "zero_optimization": {"stage": s.zero_stage},
+            "zero_optimization": {
+                "stage": s.zero_stage,
+                "reduce_bucket_size": s.zero_reduce_bucket_size,
+                # Read by ZeRO-3 only.
+                "stage3_prefetch_bucket_size": s.zero_prefetch_bucket_size,
+                "stage3_max_live_parameters": s.zero_max_live_parameters,
+                "stage3_max_reuse_distance": s.zero_max_reuse_distance,
+                "stage3_param_persistence_threshold": s.zero_param_persistence_threshold,
+            },
             # ZeRO tests its stages with Adam; SGD is the equivalence tests' optimizer.
             "zero_allow_untested_optimizer": True,
             "steps_per_print": 2**31 - 1,

@@ -1,0 +1,69 @@
+"""The memory study through local Snakemake, for real, scaled down to 2 CPU
+replicas (profiles/local/sharding-memory.yaml is the larger version): DDP,
+FSDP2, ZeRO-3 and tensor parallelism on two sizes of the GPT ladder; the
+records hold each replica's peak memory and memory capacity, and the sharding
+tables and figure follow."""
+
+import os
+
+import pandas as pd
+import pytest
+from conftest import copy_repository, local_study, snakemake
+
+from trainscale.core.gpt import parameter_count
+
+pytestmark = pytest.mark.xdist_group("sharding-study")
+
+SCHEMES = {"PyTorch DDP", "PyTorch FSDP2", "DeepSpeed (zero_stage=3)", "PyTorch tensor parallel"}
+STUDY = {
+    "study": "sharding-cpu",
+    "reference": None,
+    "train_env": ".venv-train",
+    "torch_env": ".venv-torch",
+    "grid": {
+        "framework": ["torch-ddp", "torch-fsdp", "deepspeed", "torch-tp"],
+        "nodes": [1],
+        "gpus_per_node": [2],
+        "model": ["gpt-tiny", "gpt-mini"],
+        "batch_size": [2],
+        "zero_stage": [3],
+    },
+    "benchmark": {
+        "dataset": "synthetic",
+        "seq_len": 32,
+        "device": "cpu",
+        "warmup_steps": 1,
+        "blocks": 2,
+        "steps_per_block": 1,
+    },
+    "figures": {"weak_scaling_framework": "torch-ddp"},
+}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    repo = copy_repository(str(tmp_path_factory.mktemp("sharding") / "repo"))
+    result = snakemake(repo, *local_study(repo, STUDY), timeout=1200)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return os.path.join(repo, "results", "sharding-cpu")
+
+
+@pytest.mark.slow
+def test_the_memory_study_measures_every_scheme_at_every_size(study):
+    memory = pd.read_csv(os.path.join(study, "tables", "sharding_memory.csv"))
+    print(memory[["framework", "model", "parameters", "peak_mib", "vs_ddp"]].to_string())
+    assert set(memory["framework"]) == SCHEMES
+    assert set(memory["status"]) == {"ok"} and len(memory) == 2 * len(SCHEMES)
+    # The whole model's parameters, however it was split.
+    for model in ("gpt-tiny", "gpt-mini"):
+        counted = set(memory.loc[memory["model"] == model, "parameters"])
+        assert counted == {parameter_count(model, 32, 50257)}
+    assert (memory["peak_mib"] > 100).all()  # a process's resident memory: libraries too
+    assert (memory.loc[memory["framework"] == "PyTorch DDP", "vs_ddp"] == 1).all()
+    crossover = pd.read_csv(os.path.join(study, "tables", "sharding_crossover.csv"))
+    assert set(crossover["framework"]) == SCHEMES
+    # The limit is each replica's share of this machine's memory, as recorded.
+    assert (crossover["memory_limit_mib"] > 1000).all()
+    assert (crossover["largest_fitting_model"] == "gpt-mini").all()
+    for ext in ("png", "pdf"):
+        assert os.path.getsize(os.path.join(study, "figures", f"sharding_memory.{ext}")) > 0
