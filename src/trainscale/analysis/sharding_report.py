@@ -101,15 +101,18 @@ def memory_limit_mib(tidy: pd.DataFrame, configured_gib: float | None) -> float 
 
 
 def sharding_figure(memory: pd.DataFrame, limit_mib: float | None, paths: list[str]) -> None:
-    from trainscale.analysis.plotting import finish, framework_style, panels_of
+    from trainscale.analysis.plotting import finish, panels_of, variant_style
 
     # A panel per replica count (and batch and shared knobs), the models along x.
     panelled = memory.assign(model=[f"{g} replica(s)" for g in memory["gpus"]])
     fig, panels = panels_of(panelled)
+    # A framework's schemes (ZeRO's stages) share its colour, each its own line style.
+    ordered = sorted(set(memory["series"]), key=series_order)
+    nth = {s: [o for o in ordered if o.split()[0] == s.split()[0]].index(s) for s in ordered}
     for ax, variant in panels:
         top = variant["peak_mib"].max()
         for series, line in sorted(variant.groupby("series"), key=lambda kv: series_order(kv[0])):
-            style = framework_style(series.partition(" ")[0])
+            style = variant_style(series.partition(" ")[0], nth[series])
             ok = line[line["status"] == "ok"]
             ax.plot(ok["parameters"], ok["peak_mib"], label=series_label(series), **style)
             for parameters in line.loc[line["status"] != "ok", "parameters"]:
