@@ -206,3 +206,19 @@ def test_every_figure_reads_at_a_glance(what, study, tmp_path, monkeypatch, reco
     shown = [f"{what}: {len(drawn)} figures, colours {palette}"]
     record_property("figures", "\n".join(shown + report))
     print("\n".join(shown + report))
+
+
+def test_the_refactoring_trade_off_draws_a_study_whose_every_run_failed(tmp_path):
+    # No ok run: one empty panel, which says so (the workflow's figures rule
+    # still writes every figure; a retry-then-fail study is such a study).
+    from trainscale.analysis.figures import refactoring_tradeoff
+    from trainscale.analysis.tidy import combine_repeats, ok_only
+
+    failed = demo_tidy().assign(status="failed")
+    refactoring = pd.DataFrame(
+        {"framework": ["torch-single", "torch-ddp"], "lines_touched": [0, 26],
+         "workload": ["VGG-16 on CIFAR-100"] * 2}
+    )  # fmt: skip
+    paths = [str(tmp_path / "refactoring_tradeoff.png")]
+    refactoring_tradeoff(ok_only(combine_repeats(failed)), refactoring, paths)  # as write_figures
+    assert (tmp_path / "refactoring_tradeoff.png").stat().st_size > 0

@@ -170,7 +170,9 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
     fig, panels = panels_of(frame)
     for ax, variant in panels:
         shared = _shared_gpu_count(variant)
-        workload = text if variant["model"].iloc[0] in TEXT_MODELS else image
+        # A panel may hold no row (a study whose every run failed).
+        models = set(variant["model"])
+        workload = text if models and models <= set(TEXT_MODELS) else image
         for series, part in sorted(variant.groupby("series"), key=lambda kv: series_order(kv[0])):
             framework = part["framework"].iloc[0]
             gpus = 1 if framework_spec(framework).one_device else shared or part["gpus"].max()
