@@ -166,21 +166,11 @@ tensor_parallel_traffic = refused_traffic(
 )
 
 
-def split_model_cannot_evaluate(settings) -> str:
-    # Evaluation shards the test split by rank, where a split model's ranks
-    # must run the same examples together: not written for them yet.
-    if settings.mode == "accuracy":
-        return "--mode accuracy: its evaluation over a split model is not built; use throughput"
-    return ""
-
-
 def pipeline_check(settings) -> str:
     """Why the pipeline cannot split this run ("" if it can)."""
     from trainscale.core.gpt import GPT_SHAPES
 
     s = settings
-    if split_model_cannot_evaluate(s):
-        return split_model_cannot_evaluate(s)
     layers = GPT_SHAPES[s.model].layers
     if s.replicas > layers:
         return f"{s.replicas} stages, but {s.model} has {layers} blocks to split"
@@ -200,8 +190,6 @@ def tensor_parallel_check(settings) -> str:
     from trainscale.core.gpt import GPT_SHAPES
 
     s = settings
-    if split_model_cannot_evaluate(s):
-        return split_model_cannot_evaluate(s)
     tp = s.tensor_parallel or s.replicas
     if s.replicas % tp:
         return f"--tensor-parallel {tp} does not divide the {s.replicas} ranks"

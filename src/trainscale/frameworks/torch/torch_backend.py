@@ -251,16 +251,20 @@ class TorchBackend(Backend):
         else:
             with torch.autocast(self.device.type, self.autocast):
                 logits = self.model(images)
+        loss = self.loss(logits, labels)
+        self.update(loss if self.gradient_scale == 1 else loss * self.gradient_scale)
+        return loss.detach()
+
+    def loss(self, logits, labels):
+        """These examples' summed loss over the global batch of the world as
+        it is (an elastic one may have shrunk) and each example's targets: the
+        shares of every replica (or microbatch) add up to the mean loss."""
         # float(): the logits of a model in half precision (no-op in fp32).
         # A text model's (batch, tokens, vocabulary) flatten to one
         # prediction per token; an image model's are one per image already.
         loss = F.cross_entropy(logits.float().flatten(0, -2), labels.flatten(), reduction="sum")
-        # The mean over the global batch of the world as it is (an elastic
-        # one may have shrunk) and over each example's targets.
         s = self.settings
-        loss = loss / (s.batch_size * self.topology.num_replicas * s.targets_per_example)
-        self.update(loss if self.gradient_scale == 1 else loss * self.gradient_scale)
-        return loss.detach()
+        return loss / (s.batch_size * self.topology.num_replicas * s.targets_per_example)
 
     def read_loss(self, loss) -> float:
         return float(loss.item())  # waits for the device: the block's sync

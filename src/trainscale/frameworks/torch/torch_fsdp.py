@@ -39,6 +39,16 @@ def shard_units(module):
             yield child
 
 
+def whole_weights(module) -> list:
+    """Every trainable parameter whole, on the host: a sharded one (a DTensor)
+    gathered with full_tensor(), a collective every rank calls."""
+    return [
+        (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu().numpy().copy()
+        for p in module.parameters()
+        if p.requires_grad
+    ]
+
+
 class FullyShardedDataParallel(TorchDistributed):
     precision_by_autocast = False
 
@@ -64,9 +74,4 @@ class FullyShardedDataParallel(TorchDistributed):
         return module, self.make_optimizer(module.parameters())
 
     def trainable_weights(self):
-        # full_tensor() all-gathers a parameter's shards: every rank calls it.
-        return [
-            p.full_tensor().detach().cpu().numpy().copy()
-            for p in self.module.parameters()
-            if p.requires_grad
-        ]
+        return whole_weights(self.module)

@@ -20,7 +20,6 @@ is the gradient of the mean loss over the global batch, torch-single's.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed
 from trainscale.harness.torch_gpt import keep_stage
@@ -58,15 +57,10 @@ class Pipeline(TorchDistributed):
         self.schedule = schedule(
             PipelineStage(module, stage, stages, self.device),
             n_microbatches=s.pipeline_microbatches,
-            loss_fn=self._microbatch_loss,
+            loss_fn=self.loss,  # per microbatch, on the last stage
             scale_grads=False,
         )
         return module, self.make_optimizer(module.parameters())
-
-    def _microbatch_loss(self, logits, targets):
-        s = self.settings
-        loss = F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction="sum")
-        return loss / (s.global_batch_size * s.targets_per_example)
 
     def step(self):
         inputs, targets = next(self.batches)

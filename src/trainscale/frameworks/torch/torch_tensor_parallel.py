@@ -17,7 +17,7 @@ loss times dp (TorchBackend's gradient_scale).
 from __future__ import annotations
 
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed
-from trainscale.frameworks.torch.torch_fsdp import shard_units
+from trainscale.frameworks.torch.torch_fsdp import shard_units, whole_weights
 
 # Megatron-LM's split of a block (torchtitan's plan, without sequence parallelism).
 _COLUMNWISE = ("attention.wq", "attention.wk", "attention.wv", "mlp.fc")
@@ -64,9 +64,4 @@ class TensorParallel(TorchDistributed):
         return super().step() / self.mesh_shape()[1]
 
     def trainable_weights(self):
-        # full_tensor() gathers a DTensor's shards over its mesh: every rank calls it.
-        return [
-            (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu().numpy().copy()
-            for p in self.module.parameters()
-            if p.requires_grad
-        ]
+        return whole_weights(self.module)
