@@ -14,8 +14,9 @@ import os
 import sys
 
 from trainscale.core import slurm
+from trainscale.core.ports import free_ports
 from trainscale.core.setting import Setting
-from trainscale.study.launch_kinds import LaunchKind, Plan, Process, free_ports
+from trainscale.study.launch_kinds import LaunchKind, Plan, Process
 
 # Set on each local elastic agent: the node it stands for (a node fault's).
 AGENT_INDEX = "TRAINSCALE_AGENT"

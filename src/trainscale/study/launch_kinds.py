@@ -32,12 +32,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 from dataclasses import dataclass
 from typing import List, NamedTuple
 
 from trainscale.core import slurm
+from trainscale.core.ports import free_ports
 from trainscale.core.setting import Setting, SettingsError
 
 
@@ -75,20 +75,6 @@ class Role:
 
 # Set on each local process of a plan with roles: its place in task order.
 PROCESS_INDEX = "TRAINSCALE_PROCESS"
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel says are free now (held open together so they differ)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class LaunchKind:
