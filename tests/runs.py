@@ -4,6 +4,7 @@ runs them (.venv-train for tests/harness, .venv-torch for tests/torch)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -523,3 +524,47 @@ def check_a_torch_run(record, result, replicas):
         assert all(name.split(":")[0] == "gloo" for name in collectives), collectives
         assert sum(c["elements"] for c in collectives.values()) >= record["trainable_parameters"]
     assert "images/sec total" in result.stdout
+
+
+def _write_python_docs_wikitext_2(folder: Path) -> str:
+    """A small WikiText-2 release in `folder`: 12 of Python's reference topics
+    to train on, 2 held out."""
+    from trainscale.core.datasets import DATASETS
+    from trainscale.core.text_data import python_docs_articles
+
+    text = [f" = {title} = \n\n{body}\n" for title, body in python_docs_articles()]
+    splits = {"train": "".join(text[:12]), "valid": "".join(text[40:42])}
+    DATASETS["wikitext-2"].release.write(str(folder), splits)
+    return str(folder)
+
+
+def assert_trains_to_a_perplexity(tmp_path: Path, framework: str, target: float) -> None:
+    """`framework` on 2 replicas trains gpt-tiny in accuracy mode on held-out
+    Python reference text: its perplexity fell each epoch and it stopped at
+    the first epoch at or below `target`, before the last of 4."""
+    import pytest
+
+    output, seq_len, epochs = tmp_path / "run.json", 32, 4
+    trainscale(
+        "run",
+        *("--framework", framework, "--gpus-per-node", "2", "--device", "cpu"),
+        *("--model", "gpt-tiny", "--seq-len", str(seq_len), "--batch-size", "8"),
+        *("--dataset", "wikitext-2", "--data-dir", _write_python_docs_wikitext_2(tmp_path)),
+        *("--mode", "accuracy", "--epochs", str(epochs), "--target-perplexity", str(target)),
+        *("--output", str(output)),
+        check=True,
+        timeout=600,
+    )
+    record = load_json(output)
+    curve = record["curve"]
+    print([round(point["test_perplexity"], 3) for point in curve])
+    assert record["target_metric"] == "test_perplexity" and record["target"] == target
+    # Byte tokens start near-uniform (256); English bytes are far from it.
+    assert curve[0]["test_perplexity"] < 40
+    assert all(a["test_perplexity"] > b["test_perplexity"] for a, b in zip(curve, curve[1:]))
+    for point in curve:
+        assert point["test_perplexity"] == pytest.approx(math.exp(point["test_loss"]))
+    assert record["epochs_run"] == record["epochs_to_target"] < epochs
+    assert curve[-1]["test_perplexity"] <= target < curve[-2]["test_perplexity"]
+    tokens = seq_len * record["images_per_sec"]["mean"]
+    assert record["tokens_per_sec"]["mean"] == pytest.approx(tokens)

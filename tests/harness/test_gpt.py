@@ -1,4 +1,5 @@
-"""The TensorFlow frameworks train the GPT as tf-single does on the full batch.
+"""The TensorFlow frameworks train the GPT as tf-single does on the full batch,
+and to a perplexity on real text in accuracy mode.
 
 As test_equivalence.py on VGG-16: the same seed, initial weights and global
 batch (synthetic tokens, drawn by their place in the global batch), plain
@@ -10,7 +11,7 @@ two ecosystems' frameworks are compared on it.
 import numpy as np
 import pytest
 from conftest import load_json, trainscale
-from runs import assert_trains_like_one_device
+from runs import assert_trains_like_one_device, assert_trains_to_a_perplexity
 
 from trainscale.core.gpt import parameter_count
 
@@ -52,3 +53,10 @@ def reference(tmp_path_factory):
 @pytest.mark.parametrize("framework", ["horovod", "tf-mirrored"])
 def test_two_replicas_train_the_gpt_as_one_device_does(tmp_path, reference, framework):
     assert_trains_like_one_device(reference, _train(tmp_path, framework, 2), ATOL, framework)
+
+
+@pytest.mark.slow
+def test_mirrored_accuracy_mode_trains_the_gpt_on_text_to_a_perplexity(tmp_path):
+    """TensorFlow's side of tests/torch/test_gpt.py's accuracy test: the target
+    is a perplexity, reached on held-out Python reference text."""
+    assert_trains_to_a_perplexity(tmp_path, "tf-mirrored", target=15)

@@ -10,18 +10,15 @@ rounding.
 """
 
 import json
-import math
 import subprocess
 
 import numpy as np
 import pytest
 import torch
-from runs import load_json, trainscale
+from runs import assert_trains_to_a_perplexity
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainscale.core.datasets import DATASETS
 from trainscale.core.gpt import GPT_SHAPES, parameter_count, training_flops_per_token
-from trainscale.core.text_data import python_docs_articles
 from trainscale.harness.torch_models import build_torch_model
 from trainscale.study.settings import RunSettings, SettingsError, validate
 
@@ -146,40 +143,6 @@ def test_activation_checkpointing_runs_each_block_again_in_backward(checkpointin
     assert len(calls) == (3 if checkpointing else 2)
 
 
-@pytest.fixture(scope="module")
-def python_docs_in_wikitext_2(tmp_path_factory):
-    """A small WikiText-2 release: 12 of Python's reference topics to train on, 2 held out."""
-    articles = python_docs_articles()
-    text = [f" = {title} = \n\n{body}\n" for title, body in articles]
-    folder = tmp_path_factory.mktemp("wikitext")
-    splits = {"train": "".join(text[:12]), "valid": "".join(text[40:42])}
-    DATASETS["wikitext-2"].release.write(str(folder), splits)
-    return str(folder)
-
-
 @pytest.mark.slow
-def test_accuracy_mode_trains_a_gpt_on_text_to_a_perplexity(tmp_path, python_docs_in_wikitext_2):
-    output = tmp_path / "run.json"
-    trainscale(
-        "run",
-        *("--framework", "torch-ddp", "--gpus-per-node", "2", "--device", "cpu"),
-        *("--model", "gpt-tiny", "--seq-len", "32", "--batch-size", "8"),
-        *("--dataset", "wikitext-2", "--data-dir", python_docs_in_wikitext_2),
-        *("--mode", "accuracy", "--epochs", "4", "--target-perplexity", "18"),
-        *("--output", str(output)),
-        check=True,
-        timeout=600,
-    )
-    record = load_json(output)
-    curve = record["curve"]
-    print([round(point["test_perplexity"], 3) for point in curve])
-    assert record["target_metric"] == "test_perplexity" and record["target"] == 18
-    # Byte tokens start near-uniform (256); English bytes are far from it.
-    assert curve[0]["test_perplexity"] < 40
-    assert all(a["test_perplexity"] > b["test_perplexity"] for a, b in zip(curve, curve[1:]))
-    for point in curve:
-        assert point["test_perplexity"] == pytest.approx(math.exp(point["test_loss"]))
-    # It stopped at the first epoch at or below the target, before the last.
-    assert record["epochs_run"] == record["epochs_to_target"] < 4
-    assert curve[-1]["test_perplexity"] <= 18 < curve[-2]["test_perplexity"]
-    assert record["tokens_per_sec"]["mean"] == pytest.approx(32 * record["images_per_sec"]["mean"])
+def test_accuracy_mode_trains_a_gpt_on_text_to_a_perplexity(tmp_path):
+    assert_trains_to_a_perplexity(tmp_path, "torch-ddp", target=18)
