@@ -42,8 +42,9 @@ from trainscale.frameworks.tensorflow.tf_backend import (  # noqa: E402
 from trainscale.harness.backend import Topology  # noqa: E402
 from trainscale.harness.data import image_dataset  # noqa: E402
 from trainscale.harness.models import build_model  # noqa: E402
+from trainscale.study.options import RunOptions  # noqa: E402
 from trainscale.study.registry import REGISTRY  # noqa: E402
-from trainscale.study.settings import RunOptions, RunSettings  # noqa: E402
+from trainscale.study.settings import RunSettings  # noqa: E402
 
 
 def _framework_class(settings: RunSettings):

@@ -23,7 +23,8 @@ from common import median, ratio_interval, timed_block
 
 from trainscale.frameworks import backend_class
 from trainscale.study.launch_kinds import free_ports
-from trainscale.study.settings import RunOptions, RunSettings
+from trainscale.study.options import RunOptions
+from trainscale.study.settings import RunSettings
 
 BATCH = 32
 STEPS_PER_BLOCK = 6

@@ -32,8 +32,9 @@ from common import harness_against, median, one_replica_each, ratio_interval, ru
 
 from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.harness.torch_models import build_torch_model
+from trainscale.study.options import RunOptions
 from trainscale.study.registry import REGISTRY
-from trainscale.study.settings import RunOptions, RunSettings
+from trainscale.study.settings import RunSettings
 
 
 def harness_step(settings: RunSettings):

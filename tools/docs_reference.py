@@ -25,9 +25,10 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 
 from trainscale.cli import build_parser  # noqa: E402
 from trainscale.core.setting import REQUIRED  # noqa: E402
+from trainscale.study.options import OPTIONS  # noqa: E402
 from trainscale.study.registry import REGISTRY  # noqa: E402
 from trainscale.study.schema import config_schema  # noqa: E402
-from trainscale.study.settings import OPTIONS, all_settings, readers  # noqa: E402
+from trainscale.study.settings import all_settings, readers  # noqa: E402
 
 GENERATED = "Generated from the declarations when the site is built; edit those, not this page."
 

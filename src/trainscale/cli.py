@@ -13,17 +13,15 @@ import sys
 
 from trainscale.core.setting import add_argument
 from trainscale.network.probe import TRANSPORTS, probe_parser, run_probe
+from trainscale.study.options import OPTIONS, RunOptions, validate_options
 from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec, missing_module
 from trainscale.study.settings import (
-    OPTIONS,
     SETTING,
-    RunOptions,
     RunSettings,
     SettingsError,
     all_settings,
     check_data_files,
     validate,
-    validate_options,
     with_global_batch,
 )
 

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
+from trainscale.study.options import RunOptions
 from trainscale.study.settings import (
-    RunOptions,
     RunSettings,
     SettingsError,
     validate,
@@ -217,7 +217,7 @@ def test_slurm_durations(text, seconds):
 
 
 def test_a_cpu_rank_takes_its_share_of_the_cores_and_no_more_than_slurm_granted(monkeypatch):
-    from trainscale.study.settings import cpu_share
+    from trainscale.core.cpus import cpu_share
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)

@@ -33,7 +33,7 @@ def srun_command(
     would otherwise inherit, and srun since SLURM 22.05 no longer takes the
     job's --cpus-per-task anyway (its release notes). Without it each rank
     gets one CPU, and no SLURM_CPUS_PER_TASK to size its threads by
-    (settings.cpu_share). `tasks` (default: nodes x processes_per_node) may be
+    (trainscale.core.cpus.cpu_share). `tasks` (default: nodes x processes_per_node) may be
     fewer, where the processes do not fill every node alike: then SLURM takes
     --ntasks-per-node as the most a node runs.
     """

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainscale.core.slurm import horovod_env_from_slurm
-from trainscale.study.settings import RunOptions, RunSettings
+from trainscale.study.options import RunOptions
+from trainscale.study.settings import RunSettings
 
 
 class DeviceError(RuntimeError):

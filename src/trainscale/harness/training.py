@@ -21,7 +21,8 @@ from trainscale.harness.epochs import train_epochs
 from trainscale.harness.flops import utilisation
 from trainscale.harness.progress import log, unit, who
 from trainscale.harness.run_events import RunEvents
-from trainscale.study.settings import RunOptions, RunSettings
+from trainscale.study.options import RunOptions
+from trainscale.study.settings import RunSettings
 
 
 class OutOfMemory(Exception):

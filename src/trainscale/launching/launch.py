@@ -27,8 +27,9 @@ from trainscale.core.supervision import (
     stop_all,
 )
 from trainscale.study.launch_kinds import Plan, process_index
+from trainscale.study.options import RunOptions
 from trainscale.study.registry import framework_spec
-from trainscale.study.settings import RunOptions, RunSettings, SettingsError
+from trainscale.study.settings import RunSettings, SettingsError
 
 
 def _train_command(

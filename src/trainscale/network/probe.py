@@ -28,7 +28,8 @@ import sys
 
 from trainscale.core.records import atomic_write_json, host_provenance, utc_now
 from trainscale.core.setting import add_argument
-from trainscale.study.settings import OPTION, SETTING, RunSettings, SettingsError, validate
+from trainscale.study.options import OPTION
+from trainscale.study.settings import SETTING, RunSettings, SettingsError, validate
 
 PROBE_SCHEMA = 1
 # (nodes, ranks per node) of each link a probe measures: the node's own, the

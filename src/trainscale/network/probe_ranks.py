@@ -202,7 +202,8 @@ class TensorFlowRanks:
 
         from trainscale.frameworks.tensorflow.strategies import MultiWorker
         from trainscale.harness.backend import Topology
-        from trainscale.study.settings import RunOptions, RunSettings
+        from trainscale.study.options import RunOptions
+        from trainscale.study.settings import RunSettings
 
         settings = RunSettings(framework="tf-multiworker", nodes=nodes,
                                gpus_per_node=ranks_per_node, device=device)  # fmt: skip

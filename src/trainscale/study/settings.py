@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 
 from trainscale.core.datasets import DATASETS
 from trainscale.core.faults import FAULT_FORMS, NO_FAULT, check_fault
@@ -31,7 +30,7 @@ from trainscale.study.registry import (
     knob_declarations,
 )
 
-__all__ = ["SettingsError", "RunSettings", "RunOptions", "validate"]
+__all__ = ["SettingsError", "RunSettings", "validate"]
 
 
 def _check_mode(s) -> str:
@@ -303,7 +302,7 @@ def cli_args(values, settings) -> list[str]:
     return args
 
 
-def _dataclass(name: str, settings, base: type) -> type:
+def settings_dataclass(name: str, settings, base: type) -> type:
     """A frozen dataclass with one field per setting, defaults as declared."""
     fields = [
         (s.name, s.type)
@@ -316,50 +315,7 @@ def _dataclass(name: str, settings, base: type) -> type:
     return made
 
 
-RunSettings = _dataclass("RunSettings", all_settings(), _RunSettings)
-
-
-class _RunOptions:
-    """How one run is carried out and where its results go: nothing here
-    changes what is measured, so none of it enters the settings hash."""
-
-
-# What `run` and `train` are told beyond the settings (group "output").
-OPTIONS = (
-    Setting("output", str, None, "where the JSON record goes (written atomically)",
-            group="output", metavar="JSON"),
-    Setting("save_weights", str, None,
-            "also save initial and final trainable weights (the equivalence tests)",
-            group="output", metavar="NPZ"),
-    Setting("expect_cuda_devices", int, 0,
-            "(train) fail unless CUDA_VISIBLE_DEVICES names at least N devices",
-            minimum=0, group="output", metavar="N"),
-    Setting("requested_gpus_per_node", int, 0,
-            "(run) the GPUs per node the job asked its scheduler for; each process "
-            "must see its share", minimum=0, group="output", metavar="G"),
-    Setting("requested_cpus_per_task", int, 0,
-            "(run) the CPUs per task the job asked its scheduler for; the ranks' srun "
-            "step asks for them again (0: srun's default, one)",
-            minimum=0, group="output", metavar="C"),
-    Setting("timeout", float, 0.0,
-            "(run) stop every process after this long and record status timeout (0: none)",
-            minimum=0, group="output", metavar="SECONDS"),
-    # Long enough for the first step's tracing skew between ranks, short
-    # enough that a stalled rank does not hold a cluster allocation for long.
-    Setting("collective_timeout", float, 300.0,
-            "a collective that waits this long for a stalled rank fails the run "
-            "(MultiWorkerMirrored, Horovod over Gloo, torch.distributed; Horovod over MPI "
-            "has no such timeout: the watchdog bounds it) (0: wait forever)",
-            minimum=0, group="output", metavar="SECONDS"),
-    Setting("attempt", int, 1,
-            "(run) which attempt at this grid point this is (the workflow's retries)",
-            minimum=1, group="output", metavar="N"),
-    Setting("attempts", int, 0,
-            "(run) on attempt M or later, a failure still writes a record: status failed "
-            "with the log's tail (0: never)", minimum=0, group="output", metavar="M"),
-)  # fmt: skip
-RunOptions = _dataclass("RunOptions", OPTIONS, _RunOptions)
-OPTION = {option.name: option for option in OPTIONS}
+RunSettings = settings_dataclass("RunSettings", all_settings(), _RunSettings)
 
 
 def validate(settings, *, check_data: bool = True):
@@ -415,11 +371,6 @@ def check_data_files(s) -> None:
         raise SettingsError(str(err)) from None
 
 
-def validate_options(options) -> None:
-    for setting in OPTIONS:
-        setting.validate(getattr(options, setting.name))
-
-
 def with_global_batch(settings, global_batch_size: int):
     """Settings whose per-replica batch splits `global_batch_size` evenly (strong scaling)."""
     if global_batch_size <= 0:
@@ -432,22 +383,3 @@ def with_global_batch(settings, global_batch_size: int):
             f"{settings.replicas} replicas ({settings.nodes} nodes x {settings.gpus_per_node})"
         )
     return dataclasses.replace(settings, batch_size=global_batch_size // settings.replicas)
-
-
-def local_cpu_count() -> int:
-    """CPUs this process may use (respects affinity masks set by SLURM or taskset)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def cpu_share(processes_on_node: int) -> int:
-    """Threads for one of `processes_on_node` processes on a CPU run: its share of
-    the CPUs it may use, and no more than SLURM granted each task
-    (SLURM_CPUS_PER_TASK) where the cluster does not pin tasks to cores (the
-    SLURM lab's nodes share this machine's): threads over the grant would
-    measure contention with the node's other ranks, not the run."""
-    share = max(1, local_cpu_count() // max(1, processes_on_node))
-    granted = os.environ.get("SLURM_CPUS_PER_TASK", "")
-    return min(share, int(granted)) if granted.isdigit() and int(granted) > 0 else share

@@ -31,8 +31,9 @@ from trainscale.frameworks.tensorflow.strategies import (
     on_this_network,
 )
 from trainscale.harness.backend import DeviceError
+from trainscale.study.options import RunOptions
 from trainscale.study.registry import framework_spec
-from trainscale.study.settings import RunOptions, RunSettings
+from trainscale.study.settings import RunSettings
 
 # Variables smaller than this stay whole on one server (the tutorial's choice).
 MIN_SHARD_BYTES = 256 << 10

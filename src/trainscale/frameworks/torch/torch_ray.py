@@ -98,7 +98,8 @@ def _worker(config: dict) -> None:
     """One Ray Train worker: trainscale's training function, as torch-ddp's ranks run it."""
     from trainscale.core.supervision import mark_first_to_die
     from trainscale.harness.training import train
-    from trainscale.study.settings import RunOptions, RunSettings
+    from trainscale.study.options import RunOptions
+    from trainscale.study.settings import RunSettings
 
     mark_first_to_die()  # the kernel's first choice, as every rank of torch-ddp is
     train(RunSettings(**config["settings"]), RayTrainDDP, RunOptions(**config["options"]))
