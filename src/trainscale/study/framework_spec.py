@@ -1,0 +1,66 @@
+"""The fields of a framework's registry entry (trainscale.study.registry),
+each with what it says and who reads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from trainscale.core.setting import Setting
+from trainscale.study.launch_kinds import LaunchKind
+from trainscale.study.traffic import Traffic, all_reduce_traffic
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    name: str
+    label: str  # in tables and figures
+    ecosystem: str  # whose training step runs it: "tensorflow" or "torch"
+    environment: str  # the study config key naming the environment it runs from
+    launch: LaunchKind
+    # Where its training code is: "module:Class", a trainscale.harness.backend.Backend.
+    backend: str
+    # The module its processes cannot run without; `trainscale` refuses the
+    # framework in a Python that lacks it (horovod-torch needs Horovod built
+    # with its torch extension, which the TensorFlow environment never has).
+    requires: str
+    # Its example script, below examples/: the study's image workload (VGG-16
+    # on CIFAR-100) written as the framework's documentation teaches
+    # (trainscale.launching.examples, .refactoring); "" for a framework that
+    # splits a GPT only.
+    example: str = ""
+    # Its example on the text workload (a GPT on text), where it has one.
+    text_example: str = ""
+    one_node: bool = False
+    one_device: bool = False
+    # The knobs only this framework reads (and the entries sharing the object).
+    knobs: tuple[Setting, ...] = ()
+    # The other ecosystem's framework it is held against in the tables
+    # (trainscale.analysis.tables.cross_ecosystem_table), if any.
+    compared_with: str = ""
+    # Files beside the example a user writes too (DeepSpeed's JSON config):
+    # counted as added lines by the refactoring analysis.
+    example_files: tuple[str, ...] = ()
+    # Evidence of the concepts its example teaches beyond the vocabulary's own
+    # (trainscale.analysis.refactoring.CONCEPTS): (concept, names whose use shows it).
+    concept_evidence: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # What one step moves between replicas (record settings -> Traffic).
+    traffic: Callable[[Mapping], Traffic] = all_reduce_traffic()
+    # A refusal of its own: settings -> "" or the one-line message.
+    check: Callable[[Any], str] | None = None
+    # "module:function" run by `trainscale train` in place of the training
+    # function where the framework starts its workers itself (Ray Train's
+    # driver, trainscale.frameworks.torch.torch_ray.drive); "" for the others.
+    driver: str = ""
+    # Whether its replicas update the model each on its own, without waiting
+    # for the others (a parameter server's workers): its label says so, and
+    # its runs are not the same numbers twice.
+    asynchronous: bool = False
+    # Whether a lost process is survived: the run saves its training state
+    # (ELASTIC_KNOBS) and goes on from it, on the processes left or restarted
+    # (trainscale.core.faults measures what that costs).
+    elastic: bool = False
+    # Whether it splits one model over its ranks (pipeline stages, tensor-
+    # parallel layers) instead of replicating it: it runs the text models
+    # (trainscale.core.gpt) only.
+    splits_model: bool = False
