@@ -2,6 +2,7 @@
 settings declared once (trainscale.core.setting): what a new framework or knob
 touches, checked."""
 
+import dataclasses
 import os
 import re
 
@@ -79,6 +80,25 @@ def test_a_declared_check_refuses_in_one_line_naming_the_flag():
         validate(RunSettings(framework="torch-fsdp", channels_last=True, dataset="synthetic"))
     on_gpu = RunSettings(framework="deepspeed", precision="fp16", device="gpu", dataset="synthetic")
     assert validate(on_gpu) is on_gpu
+
+
+def test_a_pipeline_is_refused_what_torch_would_raise_in_every_rank():
+    def pipeline(**knobs):
+        return RunSettings(framework="torch-pipeline", model="gpt-mini", gpus_per_node=4,
+                           batch_size=2, dataset="synthetic", **knobs)  # fmt: skip
+
+    # 1F1B needs a microbatch per stage (torch's Schedule1F1B raises otherwise).
+    with pytest.raises(SettingsError, match="^--framework torch-pipeline: --pipeline-microba"
+                       r"tches 2: 1F1B needs one per stage at least \(4 stages\)"):  # fmt: skip
+        validate(pipeline(pipeline_microbatches=2))
+    validate(pipeline(pipeline_microbatches=2, pipeline_schedule="gpipe"))
+    # 0: one per stage, which splits the global batch of 8 here...
+    validate(pipeline(pipeline_microbatches=0))
+    # ...and 3 does not.
+    with pytest.raises(SettingsError, match="--pipeline-microbatches 3 does not split the global"):
+        validate(pipeline(pipeline_microbatches=3, pipeline_schedule="gpipe"))
+    with pytest.raises(SettingsError, match="8 stages, but gpt-mini has 4 blocks to split"):
+        validate(dataclasses.replace(pipeline(), gpus_per_node=8))
 
 
 @pytest.mark.parametrize("spec", REGISTRY, ids=FRAMEWORKS)

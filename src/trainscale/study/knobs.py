@@ -166,6 +166,12 @@ tensor_parallel_traffic = refused_traffic(
 )
 
 
+def pipeline_microbatches(settings) -> int:
+    """The microbatches a pipeline cuts its global batch into: as set, or one
+    per stage (a rank each) for 0, the fewest 1F1B runs."""
+    return settings.pipeline_microbatches or settings.replicas
+
+
 def pipeline_check(settings) -> str:
     """Why the pipeline cannot split this run ("" if it can)."""
     from trainscale.core.gpt import GPT_SHAPES
@@ -174,10 +180,18 @@ def pipeline_check(settings) -> str:
     layers = GPT_SHAPES[s.model].layers
     if s.replicas > layers:
         return f"{s.replicas} stages, but {s.model} has {layers} blocks to split"
-    if s.global_batch_size % s.pipeline_microbatches:
+    microbatches = pipeline_microbatches(s)
+    if s.global_batch_size % microbatches:
         return (
-            f"--pipeline-microbatches {s.pipeline_microbatches} does not split the global "
+            f"--pipeline-microbatches {microbatches} does not split the global "
             f"batch of {s.global_batch_size}"
+        )
+    if s.pipeline_schedule == "1f1b" and microbatches < s.replicas:
+        # torch 2.13's Schedule1F1B raises "Number of microbatches (2) must be
+        # greater than or equal to the number of stages (4)" in every rank.
+        return (
+            f"--pipeline-microbatches {microbatches}: 1F1B needs one per stage at least "
+            f"({s.replicas} stages); use {s.replicas}, 0 (one per stage) or gpipe"
         )
     if s.precision == "fp16":
         # The schedule runs backward itself: there is no loss to hand a GradScaler.
@@ -310,8 +324,8 @@ PIPELINE_KNOBS = (
         int,
         4,
         "torch-pipeline: microbatches the global batch is cut into (more: a smaller "
-        "bubble, smaller matrix products)",
-        minimum=1,
+        "bubble, smaller matrix products; 0: one per stage)",
+        minimum=0,
         axis=True,
         group="model parallelism",
     ),

@@ -23,6 +23,7 @@ import torch
 
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed
 from trainscale.harness.torch_gpt import keep_stage
+from trainscale.study.knobs import pipeline_microbatches
 
 
 class Pipeline(TorchDistributed):
@@ -56,7 +57,7 @@ class Pipeline(TorchDistributed):
         schedule = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[s.pipeline_schedule]
         self.schedule = schedule(
             PipelineStage(module, stage, stages, self.device),
-            n_microbatches=s.pipeline_microbatches,
+            n_microbatches=pipeline_microbatches(s),
             loss_fn=self.loss,  # per microbatch, on the last stage
             scale_grads=False,
         )
@@ -87,3 +88,7 @@ class Pipeline(TorchDistributed):
         stages = [None] * self.topology.num_processes
         dist.all_gather_object(stages, mine)
         return [weight for stage in stages for weight in stage]
+
+    def framework_config(self) -> dict:
+        # --pipeline-microbatches 0 resolved: what the schedule cut the batch into.
+        return {"microbatches": pipeline_microbatches(self.settings)}
