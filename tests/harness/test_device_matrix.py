@@ -18,7 +18,7 @@ def cpu_model() -> str:
 def test_the_device_matrix_runs_each_cell_through_the_harness():
     command = [
         sys.executable, os.path.join(REPO, "bench", "device_matrix.py"),
-        "--device", "cpu", "--models", "small_cnn", "--frameworks", "horovod",
+        "--device", "cpu", "--models", "small_cnn", "--frameworks", "tf-single",
         "--precisions", "fp32", "--xla", "off", "on", "--batch-size", "8",
         "--image-size", "32", "--warmup-steps", "1", "--blocks", "2",
         "--steps-per-block", "2",
@@ -29,8 +29,8 @@ def test_the_device_matrix_runs_each_cell_through_the_harness():
     matrix = json.loads(result.stdout)
     rows = matrix["rows"]
     assert [(r["framework"], r["model"], r["precision"], r["xla"]) for r in rows] == [
-        ("horovod", "small_cnn", "fp32", False),
-        ("horovod", "small_cnn", "fp32", True),
+        ("tf-single", "small_cnn", "fp32", False),
+        ("tf-single", "small_cnn", "fp32", True),
     ]
     for row in rows:
         assert row["status"] == "ok" and row["images_per_sec"] > 0, row
