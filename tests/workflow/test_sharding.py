@@ -10,7 +10,7 @@ import pytest
 
 from trainscale.analysis.sharding_report import (
     crossover_rows,
-    memory_limit_mib,
+    memory_limits_mib,
     memory_rows,
     write_sharding,
 )
@@ -44,7 +44,7 @@ def tidy(limit_gib=None) -> pd.DataFrame:
 
 def test_the_crossover_is_bracketed_by_the_sizes_measured_on_either_side():
     memory = memory_rows(tidy().assign(series=lambda f: f["framework"], panel_knobs=""))
-    crossover = crossover_rows(memory, None).set_index("series")
+    crossover = crossover_rows(memory, {}).set_index("series")
     zero3 = crossover.loc["deepspeed"]
     assert zero3["saves_from_model"] == "gpt2-small"
     assert (zero3["not_yet_at_parameters"], zero3["saves_from_parameters"]) == (4e7, 2e8)
@@ -59,11 +59,14 @@ def test_what_ran_out_of_memory_does_not_fit_and_the_limit_defaults_to_the_recor
     # At gpt2-medium DDP needs 6404 MiB and ran out; ZeRO-3 needs 3752.
     assert memory.loc[("torch-ddp", "gpt2-medium"), "status"] == "oom"
     assert memory.loc[("deepspeed", "gpt2-medium"), "status"] == "ok"
-    crossover = crossover_rows(memory.reset_index(), 4096).set_index("series")
+    crossover = crossover_rows(memory.reset_index(), {2: 4096}).set_index("series")
     assert crossover.loc["torch-ddp", "largest_fitting_model"] == "gpt2-small"
     assert crossover.loc["deepspeed", "largest_fitting_model"] == "gpt2-medium"
-    assert memory_limit_mib(frame, None) == 6000.0
-    assert memory_limit_mib(frame, 2) == 2048
+    # Per replica count: on a CPU, 4 replicas share what 2 had (3000 MiB each).
+    four = frame.assign(gpus_per_node=4, gpus=4, memory_capacity_per_replica_mib=3000.0)
+    both = pd.concat([frame, four])
+    assert memory_limits_mib(both, None) == {2: 6000.0, 4: 3000.0}
+    assert memory_limits_mib(both, 2) == {2: 2048, 4: 2048}
 
 
 def test_the_rule_writes_both_tables_and_the_figure(tmp_path):
@@ -81,5 +84,5 @@ def test_the_rule_writes_both_tables_and_the_figure(tmp_path):
 @pytest.mark.parametrize("limit", [None, 1.0])
 def test_no_scheme_fits_below_its_smallest_peak(limit):
     memory = memory_rows(tidy().assign(series=lambda f: f["framework"], panel_knobs=""))
-    crossover = crossover_rows(memory, 100.0 if limit else None)
+    crossover = crossover_rows(memory, {2: 100.0} if limit else {})
     assert (crossover["largest_fitting_model"] == ("" if limit else "gpt2-medium")).all()

@@ -14,7 +14,7 @@ framework reads (precision), so only the scheme differs.
   measured model at which the scheme's peak is below DDP's (the crossover,
   measured: between the largest size where it was not and that one), and the
   largest measured model that ended ok with its peak within the memory limit
-  (a run that ran out of memory does not fit).
+  of its replica count (a run that ran out of memory does not fit).
 - `figures/sharding_memory`: peak memory per replica against parameters
   (both logarithmic), one line per scheme, a panel per replica count, the
   memory limit dashed.
@@ -63,11 +63,13 @@ def memory_rows(tidy: pd.DataFrame) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def crossover_rows(memory: pd.DataFrame, limit_mib: float | None) -> pd.DataFrame:
+def crossover_rows(memory: pd.DataFrame, limits_mib: dict) -> pd.DataFrame:
     """sharding_crossover: per scheme and replicas, where it starts to save
-    memory against DDP, and the largest model within the limit."""
+    memory against DDP, and the largest model within the limit at that
+    replica count (limits_mib: replicas -> MiB or None)."""
     rows = []
     for (series, gpus), part in memory.groupby(["series", "gpus"], sort=False):
+        limit_mib = limits_mib.get(gpus)
         part = part.sort_values("parameters")
         ok = part[part["status"] == "ok"]
         saves = ok[ok["vs_ddp"] < 1]
@@ -89,18 +91,20 @@ def crossover_rows(memory: pd.DataFrame, limit_mib: float | None) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def memory_limit_mib(tidy: pd.DataFrame, configured_gib: float | None) -> float | None:
-    """The limit models must fit in: the configured one, else the smallest
-    memory a replica had (the record's, from the GPU or the CPU's cgroup)."""
-    if configured_gib:
-        return configured_gib * 1024
-    if "memory_capacity_per_replica_mib" not in tidy:
-        return None
-    capacity = tidy["memory_capacity_per_replica_mib"].dropna()
-    return float(capacity.min()) if len(capacity) else None
+def memory_limits_mib(tidy: pd.DataFrame, configured_gib: float | None) -> dict:
+    """The limit models must fit in, per replica count: the configured one,
+    else the smallest memory a replica had at that count (the record's: a
+    GPU's own, or on a CPU its share of the cgroup's or machine's, which
+    shrinks as the replicas sharing them grow)."""
+    limits = {}
+    for gpus, runs in tidy.groupby("gpus"):
+        capacity = runs.get("memory_capacity_per_replica_mib", pd.Series(dtype=float)).dropna()
+        measured = float(capacity.min()) if len(capacity) else None
+        limits[gpus] = configured_gib * 1024 if configured_gib else measured
+    return limits
 
 
-def sharding_figure(memory: pd.DataFrame, limit_mib: float | None, paths: list[str]) -> None:
+def sharding_figure(memory: pd.DataFrame, limits_mib: dict, paths: list[str]) -> None:
     from trainscale.analysis.plotting import finish, panels_of, variant_style
 
     # A panel per replica count (and batch and shared knobs), the models along x.
@@ -118,6 +122,7 @@ def sharding_figure(memory: pd.DataFrame, limit_mib: float | None, paths: list[s
             for parameters in line.loc[line["status"] != "ok", "parameters"]:
                 ax.annotate("OOM", (parameters, top), color=style["color"], ha="center",
                             fontsize="small")  # fmt: skip
+        limit_mib = limits_mib.get(variant["gpus"].iloc[0])
         if limit_mib:
             ax.axhline(limit_mib, color="black", linestyle="--", linewidth=0.8, label="limit")
         ax.set(xscale="log", yscale="log", xlabel="Parameters",
@@ -132,13 +137,13 @@ def write_sharding(tidy_csv: str, folder: str, figures: list[str], limit_gib=Non
 
     tidy = combine_repeats(load_tidy(tidy_csv))
     memory = memory_rows(tidy)
-    limit = memory_limit_mib(tidy, limit_gib)
+    limits = memory_limits_mib(tidy, limit_gib)
     tables = os.path.join(folder, "tables")
     shown = memory.assign(framework=[series_label(s) for s in memory["series"]])
     write_table(shown.drop(columns=["series"]), tables, SHARDING_MEMORY,
                 "Peak memory per replica by scheme and model size, against DDP")  # fmt: skip
-    crossover = crossover_rows(memory, limit)
+    crossover = crossover_rows(memory, limits)
     write_table(crossover.drop(columns=["series"]), tables, SHARDING_CROSSOVER,
                 "Where each scheme starts to save memory against DDP, and the largest "
                 "model within the memory limit")  # fmt: skip
-    sharding_figure(memory, limit, figures)
+    sharding_figure(memory, limits, figures)
