@@ -226,30 +226,22 @@ class Backend:
 
 
 def cpu_memory_capacity(processes_on_node: int) -> dict:
-    """This process's share of the memory its cgroup (v1 or v2), or else the
-    machine, allows: what a CPU replica must fit in."""
-    limit, source = None, "MemTotal of /proc/meminfo"
-    try:
-        with open("/proc/self/cgroup") as handle:
-            lines = [line.strip().split(":", 2) for line in handle]
-        for _, controllers, path in lines:
-            name = "memory.limit_in_bytes" if controllers == "memory" else "memory.max"
-            base = "/sys/fs/cgroup/memory" if controllers == "memory" else "/sys/fs/cgroup"
-            if controllers not in ("memory", ""):
-                continue
-            candidate = os.path.join(base + path, name)
-            if os.path.isfile(candidate):
-                with open(candidate) as handle:
-                    value = handle.read().strip()
-                if value.isdigit() and int(value) < 2**60:  # "max" or ~2**63: no limit
-                    limit, source = int(value), f"cgroup {candidate}"
-                    break
-        if limit is None:
+    """This process's share of the memory its cgroup (the tightest limit on
+    it or a parent: SLURM's --mem), or else the machine, allows: what a CPU
+    replica must fit in."""
+    from trainscale.core.supervision import MemoryCgroup
+
+    cgroup = MemoryCgroup.of_this_process()
+    limit_mib = cgroup.limit_mib() if cgroup else None
+    if limit_mib:
+        limit, source = int(limit_mib * 2**20), f"memory cgroup {cgroup.folder}"
+    else:
+        try:
             with open("/proc/meminfo") as handle:
-                limit = int(next(line for line in handle if line.startswith("MemTotal")).split()[1])
-                limit *= 1024
-    except (OSError, ValueError, StopIteration):
-        return {"bytes": None, "source": "unknown"}
+                line = next(line for line in handle if line.startswith("MemTotal"))
+        except (OSError, StopIteration):
+            return {"bytes": None, "source": "unknown"}
+        limit, source = int(line.split()[1]) * 1024, "MemTotal of /proc/meminfo"
     share = max(1, processes_on_node)
     return {"bytes": limit // share, "source": f"{source} / {share} process(es) on the node"}
 
