@@ -63,6 +63,15 @@ def local_study(repo: str, study: dict) -> list[str]:
     return ["--profile", "profiles/local", "--configfile", name]
 
 
+def run_study_in_a_copy(folder: str, study: dict, timeout: float = 1200) -> str:
+    """`study` run through the local profile in a fresh copy of the workflow
+    under `folder`, which must succeed; its results folder."""
+    repo = copy_repository(os.path.join(folder, "repo"))
+    result = snakemake(repo, *local_study(repo, study), timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return os.path.join(repo, "results", study["study"])
+
+
 def start_snakemake(workdir: str, *args: str, **popen) -> subprocess.Popen:
     """Snakemake running in the background (to be interrupted, or a node killed under it);
     its output as text on stdout unless `popen` says otherwise. Ctrl-C (SIGINT)

@@ -8,7 +8,7 @@ import os
 
 import pandas as pd
 import pytest
-from conftest import copy_repository, local_study, snakemake
+from conftest import run_study_in_a_copy
 
 from trainscale.core.gpt import parameter_count
 
@@ -42,10 +42,7 @@ STUDY = {
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    repo = copy_repository(str(tmp_path_factory.mktemp("sharding") / "repo"))
-    result = snakemake(repo, *local_study(repo, STUDY), timeout=1200)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return os.path.join(repo, "results", "sharding-cpu")
+    return run_study_in_a_copy(str(tmp_path_factory.mktemp("sharding")), STUDY)
 
 
 @pytest.mark.slow
