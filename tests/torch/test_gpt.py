@@ -15,7 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from runs import assert_trains_to_a_perplexity
+from runs import _write_python_docs_wikitext_2, assert_trains_to_a_perplexity, load_json, trainscale
 from torch.utils.flop_counter import FlopCounterMode
 
 from trainscale.core.gpt import GPT_SHAPES, parameter_count, training_flops_per_token
@@ -146,3 +146,34 @@ def test_activation_checkpointing_runs_each_block_again_in_backward(checkpointin
 @pytest.mark.slow
 def test_accuracy_mode_trains_a_gpt_on_text_to_a_perplexity(tmp_path):
     assert_trains_to_a_perplexity(tmp_path, "torch-ddp", target=18)
+
+
+@pytest.mark.slow
+def test_a_split_model_is_evaluated_as_torch_single_evaluates_the_whole(tmp_path):
+    """Accuracy mode on the pipeline's stages and the tensor-parallel group:
+    one epoch on the same text and global batch trains the same weights as
+    torch-single (tests/torch/test_equivalence.py), so the held-out loss and
+    accuracy must be torch-single's. A stage that scored examples twice, or a
+    tp group whose ranks each counted the group's test shard, would be off by
+    a factor; one that scored another rank's shard, by far more than rounding."""
+    data = _write_python_docs_wikitext_2(tmp_path)
+    curves = {}
+    for framework, ranks in (("torch-single", 1), ("torch-pipeline", 2), ("torch-tp", 2)):
+        output = tmp_path / f"{framework}.json"
+        trainscale(
+            "run",
+            *("--framework", framework, "--gpus-per-node", str(ranks), "--device", "cpu"),
+            *("--model", "gpt-tiny", "--seq-len", "32", "--batch-size", str(16 // ranks)),
+            *("--dataset", "wikitext-2", "--data-dir", data, "--mode", "accuracy"),
+            *("--epochs", "1", "--output", str(output)),
+            check=True,
+            timeout=300,
+        )
+        record = load_json(output)
+        curves[framework] = (record["test_examples"], record["curve"][0])
+    examples, whole = curves.pop("torch-single")
+    for framework, (split_examples, point) in curves.items():
+        print(framework, point["test_loss"] - whole["test_loss"])
+        assert split_examples == examples
+        assert point["test_loss"] == pytest.approx(whole["test_loss"], rel=1e-6)
+        assert point["test_accuracy"] == pytest.approx(whole["test_accuracy"], abs=1e-9)

@@ -43,13 +43,6 @@ def check_model_input(s, ecosystem: str, splits_model: bool = False) -> str:
             f"--model {s.model}: {s.framework} splits a GPT's blocks and layers over its "
             f"ranks; run it with {', '.join(TEXT_MODELS)}"
         )
-    if splits_model and s.mode == "accuracy":
-        # Evaluation shards the test split by rank, where a split model's
-        # ranks must run the same examples together: not written for them yet.
-        return (
-            f"--framework {s.framework}: --mode accuracy: its evaluation over a split model "
-            "is not built; use throughput"
-        )
     if ecosystem == "torch" and s.model not in TORCH_MODELS:
         return (
             f"--model {s.model} is not defined for torch, so it would not be the same network "

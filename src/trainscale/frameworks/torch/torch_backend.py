@@ -181,14 +181,15 @@ class TorchBackend(Backend):
             yield self.prepare_images(on_device), torch.from_numpy(label_batch).to(self.device)
 
     def _test_batches(self, images: np.ndarray, labels: np.ndarray) -> list:
-        """This process's test shard in equal batches (uint8 images, labels, weights)."""
-        topology = self.topology
-        shard = evaluation_batches(
-            images, labels, topology.process_index, topology.num_processes, self.settings.batch_size
-        )
+        """This process's test shard in equal batches (uint8 images, labels,
+        weights): its data shard's (data_shard), in batches of the replicas
+        that read it, as in training: a split model's ranks run the same ones."""
+        shard, shards = self.data_shard()
+        replicas = self.topology.num_processes // shards
+        batch = self.settings.batch_size * replicas
         return [
             (torch.from_numpy(x), torch.from_numpy(y).long(), torch.from_numpy(w))
-            for x, y, w in shard
+            for x, y, w in evaluation_batches(images, labels, shard, shards, batch)
         ]
 
     def set_learning_rate(self, rate: float) -> None:
@@ -202,11 +203,9 @@ class TorchBackend(Backend):
             for images, labels, weights in self.test_batches:
                 images = self.prepare_images(images.to(self.device))
                 labels, weights = labels.to(self.device), weights.to(self.device)
-                if self.autocast is None:
-                    logits = self.model(images).float()
-                else:
-                    with torch.autocast(self.device.type, self.autocast):
-                        logits = self.model(images).float()
+                logits = self.test_logits(images, labels)
+                if logits is None:
+                    continue
                 # An example's loss and accuracy: over its tokens, for a text model.
                 batch = len(labels)
                 losses = (
@@ -218,6 +217,12 @@ class TorchBackend(Backend):
                 totals += torch.stack([losses @ weights, correct @ weights, weights.sum()])
         self.model.train()
         return totals.cpu().numpy()
+
+    def test_logits(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor | None:
+        """The model's logits (in float) for one test batch, without gradients;
+        None on a rank that computes none (a pipeline's stages before the last)."""
+        with torch.autocast(self.device.type, self.autocast, enabled=self.autocast is not None):
+            return self.model(inputs).float()
 
     def prepare_images(self, images: torch.Tensor) -> torch.Tensor:
         """As data.prepare_images: uint8 -> normalised float, NHWC -> NCHW,

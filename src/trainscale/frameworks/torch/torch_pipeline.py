@@ -79,6 +79,20 @@ class Pipeline(TorchDistributed):
         self.optimizer.step()
         return torch.stack(losses).sum().detach() if losses else torch.zeros((), device=self.device)
 
+    def test_logits(self, inputs, labels):
+        # The schedule's forward-only pass (eval) over the same microbatches as
+        # training; only the last stage gets logits back.
+        with torch.autocast(self.device.type, self.autocast, enabled=self.autocast is not None):
+            if self.is_first and self.is_last:
+                return self.schedule.eval(inputs, target=labels).float()
+            if self.is_first:
+                self.schedule.eval(inputs)
+            elif self.is_last:
+                return self.schedule.eval(target=labels).float()
+            else:
+                self.schedule.eval()
+        return None
+
     def trainable_weights(self):
         # Every stage's parameters, gathered to every rank in stage order:
         # the whole model's order.

@@ -63,5 +63,10 @@ class TensorParallel(TorchDistributed):
         # of the sum the loop takes over ranks is 1/tp of it.
         return super().step() / self.mesh_shape()[1]
 
+    def evaluate(self):
+        # Every rank of a tp group scores the group's test shard whole (its
+        # loss, accuracy and examples), so each counts 1/tp of the sums.
+        return super().evaluate() / self.mesh_shape()[1]
+
     def trainable_weights(self):
         return whole_weights(self.module)
