@@ -22,7 +22,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 
 from trainscale.analysis.figures import write_figures  # noqa: E402
 from trainscale.analysis.predict_report import write_predictions  # noqa: E402
-from trainscale.analysis.refactoring import write_refactoring  # noqa: E402
+from trainscale.analysis.refactoring_report import write_refactoring  # noqa: E402
 from trainscale.analysis.tidy import COLUMNS, add_scaling, collect  # noqa: E402
 from trainscale.core.records import is_record_name  # noqa: E402
 from trainscale.study.registry import REGISTRY, table_order  # noqa: E402

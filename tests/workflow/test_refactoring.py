@@ -22,8 +22,8 @@ from trainscale.analysis.refactoring import (
     line_changes,
     measure,
     stand_in_free,
-    write_refactoring,
 )
+from trainscale.analysis.refactoring_report import write_refactoring
 from trainscale.launching.examples import (
     EXAMPLES_DIR,
     WORKLOADS,

@@ -3,7 +3,7 @@ import sys
 sys.stderr = open(snakemake.log[0], "w")
 sys.stdout = sys.stderr
 
-from trainscale.analysis.refactoring import write_refactoring
+from trainscale.analysis.refactoring_report import write_refactoring
 
 write_refactoring(
     snakemake.params.frameworks,

@@ -19,7 +19,7 @@ FRAMEWORKS, MFU, MEMORY = "frameworks", "mfu", "memory"
 REFACTORING_TRADEOFF = "refactoring_tradeoff"
 STUDY_FIGURES = (WEAK_SCALING_HOSTS, WEAK_SCALING_GPUS, EFFICIENCY, FRAMEWORKS, MFU, MEMORY)
 
-# refactoring.write_refactoring
+# refactoring_report.write_refactoring
 REFACTORING = "refactoring"
 # predict_report.write_predictions: four tables and a figure
 PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT, PREDICTED_CROSSOVER = (

@@ -19,13 +19,15 @@ script run on a machine without GPUs and that no GPU user writes.
   example declares its concepts in its docstring ("concepts: a, b"); each
   concept names the API names that are its evidence, and concepts_evidenced
   lets a test hold the declaration to the code both ways.
+
+The table and the side-by-side diffs are written by
+trainscale.analysis.refactoring_report.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
-import html
 import io
 import json
 import os
@@ -33,14 +35,11 @@ import re
 import tokenize
 from dataclasses import dataclass
 
-from trainscale.analysis.outputs import REFACTORING, TABLE_FORMATS
-from trainscale.launching.examples import EXAMPLES_DIR, WORKLOADS, Example, examples_of, user_launch
+from trainscale.launching.examples import EXAMPLES_DIR, Example, user_launch
 from trainscale.study.registry import (
     REGISTRY,
     framework_modules,
     framework_spec,
-    label,
-    table_order,
 )
 
 STAND_IN_BEGIN = "# >>> CPU stand-in"
@@ -304,7 +303,7 @@ def line_changes(base: list[str], script: list[str]) -> tuple[int, int, int]:
     return added, removed, changed
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
     with open(path, encoding="utf-8") as handle:
         return handle.read()
 
@@ -313,8 +312,8 @@ def measure(example: Example, examples_dir: str = EXAMPLES_DIR) -> Refactoring:
     """`example` against its ecosystem's base for the same workload."""
     framework, path = example.framework, example.path(examples_dir)
     try:
-        base_source, _ = stand_in_free(_read(example.base.path(examples_dir)))
-        source, stand_in = stand_in_free(_read(path))
+        base_source, _ = stand_in_free(read_text(example.base.path(examples_dir)))
+        source, stand_in = stand_in_free(read_text(path))
         concepts = declared_concepts(source)
     except (OSError, ValueError, SyntaxError) as err:
         raise ValueError(f"{framework}'s example {path}: {err}") from None
@@ -323,7 +322,7 @@ def measure(example: Example, examples_dir: str = EXAMPLES_DIR) -> Refactoring:
     spec = framework_spec(framework)
     # Files a user writes beside the script (DeepSpeed's JSON config): every
     # line that is not blank is added, and its keys are API names to learn.
-    extra = [_read(os.path.join(examples_dir, name)) for name in spec.example_files]
+    extra = [read_text(os.path.join(examples_dir, name)) for name in spec.example_files]
     config_lines = sum(len([line for line in text.splitlines() if line.strip()]) for text in extra)
     names = introduced_api_names(base_source, source) | {
         key for text in extra for key in config_keys(json.loads(text))
@@ -344,107 +343,3 @@ def measure(example: Example, examples_dir: str = EXAMPLES_DIR) -> Refactoring:
         launch_one_node=one_node,
         launch_two_nodes=two_nodes,
     )
-
-
-# --------------------------------------------------------------------------
-# Writing: the table, and a side-by-side diff per framework
-# --------------------------------------------------------------------------
-
-
-def refactoring_frame(measured: list[Refactoring]):
-    import pandas as pd
-
-    rows = [
-        {
-            "framework": m.framework,
-            "label": label(m.framework),
-            "workload": WORKLOADS[m.workload][1],
-            "base": m.base,
-            "base_lines": m.base_lines,
-            "lines": m.lines,
-            "added": m.added,
-            "removed": m.removed,
-            "changed": m.changed,
-            "lines_touched": m.lines_touched,
-            "base_share_touched": m.base_share_touched,
-            "api_names_introduced": len(m.api_names),
-            "concepts_count": len(m.concepts),
-            "concepts": "; ".join(m.concepts),
-            "api_names": "; ".join(m.api_names),
-            "launch_one_node": m.launch_one_node,
-            "launch_two_nodes": m.launch_two_nodes,
-            "stand_in_lines": m.stand_in_lines,
-        }
-        for m in sorted(
-            measured, key=lambda m: (list(WORKLOADS).index(m.workload), table_order(m.framework))
-        )  # fmt: skip
-    ]
-    return pd.DataFrame(rows)
-
-
-DISPLAY = {
-    "label": "Framework",
-    "workload": "Workload",
-    "base": "Base",
-    "lines": "Code lines",
-    "added": "Added",
-    "removed": "Removed",
-    "changed": "Changed",
-    "lines_touched": "Lines touched",
-    "base_share_touched": "Base touched",
-    "api_names_introduced": "New API names",
-    "concepts": "Concepts to learn",
-    "launch_one_node": "Launch, 1 node x 4 GPUs",
-    "launch_two_nodes": "Launch, 2 nodes x 4 GPUs",
-}
-
-
-def side_by_side_diff(example: Example, examples_dir: str = EXAMPLES_DIR) -> str:
-    """An HTML page: the base and the example side by side, changes marked."""
-    old = _read(example.base.path(examples_dir)).splitlines()
-    new = _read(example.path(examples_dir)).splitlines()
-    for name in framework_spec(example.framework).example_files:  # after the script, all added
-        new += ["", f"# ---- {name} ----", *_read(os.path.join(examples_dir, name)).splitlines()]
-    script, base_script = example.script, example.base.script
-    title = f"{label(example.framework)}: {script} against {base_script}"
-    page = difflib.HtmlDiff(wrapcolumn=90).make_file(
-        old,
-        new,
-        fromdesc=html.escape(base_script),
-        todesc=html.escape(script),
-        context=False,
-    )
-    return page.replace("<title></title>", f"<title>{html.escape(title)}</title>")
-
-
-def write_refactoring(
-    frameworks: list[str], folder: str, examples_dir: str = EXAMPLES_DIR, diff_folder: str = ""
-) -> list[str]:
-    """refactoring.csv, .md and .tex in `folder`, and {example}.html (the
-    side-by-side diff) in `diff_folder` (default: `folder`/refactoring) for
-    every example of `frameworks` that is not a base. Returns the paths written."""
-    from trainscale.analysis.rendering import write_table
-    from trainscale.core.records import atomic_write_text
-
-    examples = [example for f in frameworks for example in examples_of(f)]
-    table = refactoring_frame([measure(example, examples_dir) for example in examples])
-    shown = table[list(DISPLAY)].rename(columns=DISPLAY)
-    shown["Base touched"] = [f"{share:.0%}" for share in table["base_share_touched"]]
-    write_table(
-        shown,
-        folder,
-        REFACTORING,
-        "Code refactoring: each framework's example against its single-device base for "
-        "the same workload "
-        "(code lines: no comments, docstrings or blank lines)",
-        # The CSV keeps every measured column, numbers unrounded.
-        data=table,
-    )
-    paths = [os.path.join(folder, f"{REFACTORING}.{ext}") for ext in TABLE_FORMATS]
-    diff_folder = diff_folder or os.path.join(folder, REFACTORING)
-    for example in examples:
-        if not example.is_base:
-            path = os.path.join(diff_folder, f"{example.name}.html")
-            atomic_write_text(path, side_by_side_diff(example, examples_dir))
-            paths.append(path)
-    return paths
