@@ -35,6 +35,7 @@ include: "workflow/rules/plan.smk"
 include: "workflow/rules/accuracy.smk"
 include: "workflow/rules/recovery.smk"
 include: "workflow/rules/sharding.smk"
+include: "workflow/rules/containers.smk"
 
 
 onstart:

@@ -211,7 +211,7 @@ def _example(args) -> int:
 
 
 def _refactoring(args) -> int:
-    from trainscale.analysis.refactoring import write_refactoring
+    from trainscale.analysis.refactoring_report import write_refactoring
 
     for path in write_refactoring(args.frameworks, args.output_dir):
         print(path)
@@ -356,6 +356,7 @@ def _run(settings: RunSettings, options: RunOptions) -> int:
     from trainscale.core.faults import clear_side_files
     from trainscale.core.records import atomic_write_json, outcome_record, read_record
     from trainscale.core.slurm import in_slurm_job, slurm_job_reason
+    from trainscale.launching.containers import container_provenance
     from trainscale.launching.launch import launch
 
     output = options.output or (
@@ -365,6 +366,8 @@ def _run(settings: RunSettings, options: RunOptions) -> int:
     check_data_files(settings)
     if options.attempt == 1:  # the grid point's timeline starts with its first attempt
         clear_side_files(output)
+    # Asked before the clock starts: the runtime's version, from outside the container.
+    container = container_provenance(settings.container, options.container_command)
     result = launch(settings, dataclasses.replace(options, output=output))
     code = result.code
     outcome = None
@@ -384,7 +387,8 @@ def _run(settings: RunSettings, options: RunOptions) -> int:
         outcome = ("failed", f"exited with {why}; log tail:\n{own_log_tail()}")
     if outcome:
         status, error = outcome
-        atomic_write_json(output, outcome_record(settings, status, error, result.seconds))
+        record = outcome_record(settings, status, error, result.seconds)
+        atomic_write_json(output, {**record, **container})
         print(
             f"{settings.framework:<15} {settings.model} n{settings.nodes}g"
             f"{settings.gpus_per_node} b{settings.batch_size}: {status.upper()} after "
@@ -395,6 +399,8 @@ def _run(settings: RunSettings, options: RunOptions) -> int:
         print(f"trainscale run: error: {settings.framework} exited with {code}", file=sys.stderr)
         return code if code > 0 else 128 - code
     record = read_record(output)
+    if container:
+        atomic_write_json(output, {**record, **container})
     rate, per_replica = record["images_per_sec"], record["per_replica_images_per_sec"]
     tokens = record.get("tokens_per_sec")  # a text model's
     tokens = f", {tokens['mean']:.0f} tokens/sec" if tokens else ""

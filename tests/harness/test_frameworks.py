@@ -104,6 +104,10 @@ def test_framework_run_writes_an_ok_record(
     assert record["startup_seconds"] > 0 and record["final_loss"] > 0
     # From process start (interpreter, imports, rendezvous) to the first timed step.
     assert record["seconds_to_first_timed_step"] > record["startup_seconds"]
+    # From the launcher's start of the processes: their own start-up, and more,
+    # to /proc's resolution (the process's age is read in 10 ms clock ticks).
+    launched = record["seconds_from_launch_to_first_timed_step"]
+    assert launched >= record["seconds_to_first_timed_step"] - 0.02
     # Achieved FLOP/s from the model's count; on a CPU no peak, so no MFU.
     flops = record["training_flops_per_image"]
     assert flops == 3 * forward_flops_per_image("small_cnn", 32, 100)

@@ -7,14 +7,9 @@ import pytest
 import yaml
 from conftest import CACHED_STUDIES, REPO, snakemake, train_jobs
 
+from trainscale.study.jobs import environment_prefix, network_environment
 from trainscale.study.schema import check_schema, config_schema, validate_config
-from trainscale.study.study import (
-    ConfigError,
-    check_config,
-    environment_prefix,
-    network_environment,
-    run_settings,
-)
+from trainscale.study.study import ConfigError, check_config, run_settings
 
 SCHEMA = config_schema(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml"))
 

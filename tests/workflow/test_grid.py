@@ -5,12 +5,12 @@ import os
 import pytest
 from conftest import REPO, load_yaml
 
+from trainscale.study.jobs import job_shape
 from trainscale.study.study import (
     ConfigError,
     GridPoint,
     check_config,
     expand_grid,
-    job_shape,
     matches,
     parse_knobs,
     run_settings,
@@ -130,7 +130,7 @@ def test_job_shapes(framework, device, expected):
     ],
 )
 def test_slurm_resources_in_the_plugins_terms(framework, nodes, gpn, expected):
-    from trainscale.study.study import slurm_resources
+    from trainscale.study.jobs import slurm_resources
 
     config = {
         "benchmark": {"dataset": "synthetic", "image_size": 32, "device": "gpu"},

@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO, load_yaml, snakemake
 
 from trainscale.network.probe import ProbeJob, probe_point, study_probes
-from trainscale.study.study import check_config, network_environment, run_settings, slurm_resources
+from trainscale.study.jobs import network_environment, slurm_resources
+from trainscale.study.study import check_config, run_settings
 
 
 def seed002():

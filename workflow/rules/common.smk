@@ -17,16 +17,19 @@ from trainscale.study.study import (
     ConfigError,
     GridPoint,
     check_config,
-    missing_environment,
-    environment_prefix,
-    job_shape,
-    network_environment,
-    train_environment,
-    node_environment_check,
     record_path,
     run_settings,
-    slurm_resources,
     train_arguments,
+)
+from trainscale.study.jobs import (
+    container_arguments,
+    environment_prefix,
+    job_shape,
+    missing_environment,
+    network_environment,
+    node_environment_check,
+    slurm_resources,
+    train_environment,
 )
 from trainscale.study.schema import config_schema, validate_config
 from trainscale.study.registry import FRAMEWORKS, base_of, framework_spec, table_order
@@ -397,6 +400,18 @@ FAULTED = any(run_settings(config, p).fault != "none" for p in RUNNABLE)
 SHARDED = len({p.model for p in RUNNABLE if p.model in TEXT_MODELS}) >= 2
 
 
+# A study whose grid runs points in a container compares the runtimes.
+CONTAINED = any(run_settings(config, p).container != "none" for p in RUNNABLE)
+
+
+def containers_files():
+    """(tables, figures) of what each container cost; none without one."""
+    if not CONTAINED:
+        return [], []
+    tables = outputs.table_files(RESULTS, [outputs.CONTAINERS])
+    return tables, outputs.figure_files(RESULTS, [outputs.CONTAINERS])
+
+
 def sharding_files():
     """(tables, figures) of the memory study; none without two text model sizes."""
     if not SHARDED:
@@ -438,6 +453,8 @@ def all_outputs():
         *recovery_files()[1],
         *sharding_files()[0],
         *sharding_files()[1],
+        *containers_files()[0],
+        *containers_files()[1],
     ]
 
 

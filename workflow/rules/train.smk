@@ -18,7 +18,7 @@ rule train:
         TRAIN_CONTAINER
     threads: lambda wildcards: int(wildcards.gpus_per_node)
     resources:
-        # The job's SLURM shape (see trainscale.study.study.slurm_resources); the
+        # The job's SLURM shape (see trainscale.study.jobs.slurm_resources); the
         # local executor reads none of these but benchmark_slots.
         nodes=lambda wildcards: slurm(wildcards)["nodes"],
         tasks=lambda wildcards: slurm(wildcards)["tasks"],
@@ -46,6 +46,8 @@ rule train:
         # and cluster.node_fault_command, where the point's fault loses a node.
         environment=train_environment_prefix,
         options=lambda wildcards: train_arguments(config, point_of(wildcards)),
+        # The point's container (cluster.containers): every rank runs through it.
+        container=lambda wildcards: container_arguments(config, point_of(wildcards)),
         gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
         timeout=config["benchmark"]["timeout_seconds"],
         collective_timeout=config["benchmark"]["collective_timeout_seconds"],
@@ -53,7 +55,7 @@ rule train:
         # log's tail) so that collect, tables and figures go on without it.
         attempts=TRAIN_RETRIES + 1,
     shell:
-        "exec > {log} 2>&1; {params.node_check}{params.environment}{params.trainscale} run {params.options} --requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --collective-timeout {params.collective_timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record}"
+        "exec > {log} 2>&1; {params.node_check}{params.environment}{params.trainscale} run {params.options} {params.container}--requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --collective-timeout {params.collective_timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record}"
 
 
 rule write_digits:

@@ -40,6 +40,8 @@ RECOVERY, GOODPUT, RECOVERY_TIMELINE = "recovery", "goodput", "recovery_timeline
 # sharding_report.write_sharding (a study of text models at 2 or more sizes):
 # two tables and a figure named like the first
 SHARDING_MEMORY, SHARDING_CROSSOVER = "sharding_memory", "sharding_crossover"
+# containers_report.write_containers (a study with a container axis): a table and a figure
+CONTAINERS = "containers"
 
 
 def study_tables(reference: bool) -> list[str]:

@@ -14,7 +14,12 @@ import re
 import subprocess
 import tempfile
 
+from trainscale.core.isolation import image_label, isolation_facts
+
 SCHEMA_VERSION = 1
+# When `trainscale run` started a run's processes (time.time(), in their
+# environment): rank 0's start-up is timed from it, a container's included.
+LAUNCHED_AT = "TRAINSCALE_LAUNCHED_AT"
 STATUSES = ("ok", "oom", "failed", "timeout")
 
 
@@ -133,6 +138,9 @@ def host_provenance() -> dict:
         "platform": platform.platform(),
         "git_commit": git_commit(),
         "slurm": slurm_job(),
+        # What may slow a process in a container, and the image it runs in.
+        "isolation": isolation_facts(),
+        "image": image_label(),
     }
 
 
@@ -199,7 +207,7 @@ SLURM_VERDICT = re.compile(r"\*\*\* (?:JOB|STEP) .*?\*\*\*")
 
 
 # The first words of the line a job prints when its node lacks the training
-# environment (study.node_environment_check): the record's one-line failure.
+# environment (study.jobs.node_environment_check): the record's one-line failure.
 NODE_CHECK_FAILED = "trainscale environment check (node):"
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from trainscale.core import records
 from trainscale.core.gpu_monitor import GpuMonitor, combine, nvml_monitor
+from trainscale.core.isolation import image_label
 from trainscale.core.timing import BlockBudget, BlockTimes, Stopwatch, token_rates
 from trainscale.harness.backend import Backend, require_cuda_devices
 from trainscale.harness.epochs import train_epochs
@@ -39,6 +40,14 @@ def process_age() -> float:
         return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return float("nan")
+
+
+def seconds_since_launch() -> float | None:
+    """Seconds since `trainscale run` started this run's processes
+    (records.LAUNCHED_AT): a container's own start is in it, where process_age
+    begins inside the container. None where no launcher said (`train` alone)."""
+    launched = os.environ.get(records.LAUNCHED_AT)
+    return time.time() - float(launched) if launched else None
 
 
 def device_name(backend: Backend) -> str:
@@ -72,6 +81,8 @@ def process_description(backend: Backend) -> dict:
         "devices": topology.devices,
         "replicas": topology.replicas_in_process,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        # Which image this process ran in (None: the bare host): every rank's.
+        "image": (image_label() or {}).get("recipe_digest"),
         "peak_memory": backend.peak_memory(),
         "memory_capacity": backend.memory_capacity(),
     }
@@ -105,6 +116,7 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         timing = {
             "startup_seconds": clock.elapsed(),
             "seconds_to_first_timed_step": process_age(),
+            "seconds_from_launch_to_first_timed_step": seconds_since_launch(),
         }
         monitor = start_gpu_monitor(settings)
         if settings.mode == "accuracy":
@@ -234,7 +246,9 @@ def _record(
         ),
         # startup_seconds: in the process (model build, tracing, warm-up).
         # seconds_to_first_timed_step: from process start (interpreter,
-        # imports and rendezvous too), up to the first timed step.
+        # imports and rendezvous too), up to the first timed step;
+        # seconds_from_launch_to_first_timed_step: from the launcher's start
+        # of the processes (a container's start too).
         **measured,
         # Per replica, the largest: on GPUs the allocator's peak of the device
         # a replica runs on; on CPUs the peak of the process it runs in (the

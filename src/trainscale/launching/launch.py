@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from trainscale.core.records import LAUNCHED_AT
 from trainscale.core.slurm import in_slurm_job, slurm_watchdog
 from trainscale.core.supervision import (
     EXIT_OOM,
@@ -26,6 +27,7 @@ from trainscale.core.supervision import (
     said_out_of_memory,
     stop_all,
 )
+from trainscale.launching.containers import in_container, prepare_container
 from trainscale.study.launch_kinds import Plan, process_index
 from trainscale.study.options import RunOptions
 from trainscale.study.registry import framework_spec
@@ -56,7 +58,13 @@ def process_plan(settings: RunSettings, options: RunOptions) -> Plan:
     requested = options.requested_gpus_per_node
     expect = requested // processes_per_node if requested else 0
     train_command = _train_command(settings, options, expect)
-    return rank_plan(settings, train_command, requested, options.requested_cpus_per_task)
+    return rank_plan(
+        settings,
+        train_command,
+        requested,
+        options.requested_cpus_per_task,
+        options.container_command,
+    )
 
 
 def rank_plan(
@@ -64,11 +72,14 @@ def rank_plan(
     command: list[str],
     requested_gpus_per_node: int,
     requested_cpus_per_task: int = 0,
+    container_command: str = "",
 ) -> Plan:
     """`command` started as the ranks of `settings.framework` on its nodes and
     GPUs: its launch kind's srun step inside a SLURM job, else its local plan
-    (the training processes of `run`; the probe's ranks, trainscale.network.probe)."""
+    (the training processes of `run`; the probe's ranks, trainscale.network.probe);
+    each rank inside the container `container_command` runs processes in."""
     kind = framework_spec(settings.framework).launch
+    command = in_container(command, container_command)
     if in_slurm_job():
         return kind.slurm_plan(settings, command, requested_gpus_per_node, requested_cpus_per_task)
     if settings.nodes != 1:
@@ -98,12 +109,17 @@ def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:
     One process that fails ends the others (they would wait in a collective
     forever); the watchdog ends them all after `options.timeout` seconds.
     """
+    prepare_container(settings.container, options.container_command, in_slurm_job())
     timeout = options.timeout
     if in_slurm_job():
         # SLURM's time limit, minus a margin, unless a shorter watchdog is set.
         limit = slurm_watchdog()
         timeout = min(t for t in (timeout, limit) if t) if (timeout or limit) else 0
-    return run_plan(process_plan(settings, options), timeout)
+    plan = process_plan(settings, options)
+    # Every process inherits it (mpirun's and srun's, and a container's
+    # through its command): rank 0 times its first step from here.
+    os.environ[LAUNCHED_AT] = repr(time.time())
+    return run_plan(plan, timeout)
 
 
 def run_plan(plan: Plan, timeout: float) -> LaunchResult:

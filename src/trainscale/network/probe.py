@@ -108,7 +108,7 @@ def study_probes(config: dict, points) -> list[ProbeJob]:
 
 def probe_point(config: dict, job: ProbeJob):
     """A grid point of the probe's shape and network, for its SLURM resources
-    and environment (trainscale.study.study.slurm_resources, network_environment)."""
+    and environment (trainscale.study.jobs.slurm_resources, network_environment)."""
     from trainscale.study.study import GridPoint
 
     spec, grid = TRANSPORTS[job.transport], config["grid"]
@@ -157,6 +157,10 @@ def probe_parser(commands) -> None:
     p.add_argument(
         "--network-name", dest="network", default="", help="the network's name, recorded (a label)"
     )
+    p.add_argument(
+        "--container-name", dest="container", default="none", help="the container's name, recorded"
+    )
+    add_argument(p, OPTION["container_command"])
     p.add_argument("--largest-message-bytes", type=int, default=2**28)
     p.add_argument("--repetitions", type=int, default=20)
     # As `trainscale run` declares them (trainscale.study.settings): the job's request.
@@ -167,6 +171,8 @@ def probe_parser(commands) -> None:
 
 
 def run_probe(args) -> int:
+    from trainscale.core.slurm import in_slurm_job
+    from trainscale.launching.containers import container_provenance, prepare_container
     from trainscale.launching.launch import rank_plan, run_plan
 
     if args.largest_message_bytes < 4 or args.repetitions < 3:
@@ -187,8 +193,16 @@ def run_probe(args) -> int:
     command += ["--nodes", str(args.nodes), "--ranks-per-node", str(args.ranks_per_node)]
     command += ["--output", partial]
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    prepare_container(args.container, args.container_command, in_slurm_job())
+    container = container_provenance(args.container, args.container_command)
     started = utc_now()
-    plan = rank_plan(settings, command, args.requested_gpus_per_node, args.requested_cpus_per_task)
+    plan = rank_plan(
+        settings,
+        command,
+        args.requested_gpus_per_node,
+        args.requested_cpus_per_task,
+        args.container_command,
+    )
     result = run_plan(plan, args.timeout)
     if result.code != 0 or not os.path.exists(partial):
         why = "timed out" if result.timed_out else f"exit code {result.code}"
@@ -209,6 +223,9 @@ def run_probe(args) -> int:
         "started": started,
         "seconds": result.seconds,
         "provenance": host_provenance(),
+        # The ranks' container (a label, and the runtime seen from outside).
+        "container_name": args.container,
+        **container,
     }
     atomic_write_json(args.output, record)
     os.remove(partial)

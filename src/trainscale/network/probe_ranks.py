@@ -26,6 +26,7 @@ import os
 import socket
 import time
 
+from trainscale.core.isolation import image_label, isolation_facts
 from trainscale.network.bandwidth import (
     collective_bandwidths,
     incast_bandwidth,
@@ -316,6 +317,9 @@ def sweep(ranks, largest: int, repetitions: int) -> dict:
         "all_reduce": collective,
         "incast": incast,
         "environment": {v: os.environ[v] for v in INTERFACE_VARIABLES if v in os.environ},
+        # Rank 0's own view: its image (in a container) and its isolation.
+        "image": image_label(),
+        "isolation": isolation_facts(),
     }
 
 

@@ -30,6 +30,12 @@ OPTIONS = (
             "(run) the CPUs per task the job asked its scheduler for; the ranks' srun "
             "step asks for them again (0: srun's default, one)",
             minimum=0, group="output", metavar="C"),
+    # The workflow passes cluster.containers' command for the run's
+    # --container-name; a user at a shell types the same.
+    Setting("container_command", str, "",
+            "(run) the command that runs one process inside the run's container, e.g. "
+            "'ch-run IMAGE --' or 'podman run --rm --network=host IMAGE': each process's "
+            "own command follows it ('': the bare host)", group="output", metavar="COMMAND"),
     Setting("timeout", float, 0.0,
             "(run) stop every process after this long and record status timeout (0: none)",
             minimum=0, group="output", metavar="SECONDS"),

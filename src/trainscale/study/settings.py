@@ -92,6 +92,13 @@ SETTINGS = (
             "cluster.networks defines (the workflow sets its environment); '': the "
             "cluster's default route", group="data and device", axis=True,
             pattern="^[A-Za-z0-9_.-]*$", metavar="NAME", cli_flag="--network-name"),
+    # A label too: the workflow starts the run's processes through the named
+    # container's command (cluster.containers; the --container-command option),
+    # so seed 002's Docker-against-Singularity comparison is one grid axis.
+    Setting("container", str, "none", "the container runtime and image the ranks run in: "
+            "a name cluster.containers defines (the workflow passes its command); none: the "
+            "bare host", group="data and device", axis=True,
+            pattern="^[A-Za-z0-9_.-]+$", metavar="NAME", cli_flag="--container-name"),
     Setting("augment", bool, True, "the data set's augmentation: pad-4 random crop and "
             "flip for CIFAR; the MNIST family has none", group="data and device"),
     # The first step is never timed: Horovod broadcasts rank 0's variables

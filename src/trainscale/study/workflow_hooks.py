@@ -14,7 +14,8 @@ import os
 import yaml
 
 from trainscale.core.records import atomic_write_json, lost_job_record
-from trainscale.study.study import GridPoint, run_settings, slurm_resources
+from trainscale.study.jobs import slurm_resources
+from trainscale.study.study import GridPoint, run_settings
 from trainscale.study.study_folder import StudyFolder, save_study_config
 
 

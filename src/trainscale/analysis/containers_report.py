@@ -1,0 +1,129 @@
+"""A study's containers table and figure (the `container` axis): what running
+the ranks inside each runtime cost against the bare host, seed 002's Fig. 3.
+
+tables/containers.{csv,md,tex}: a row per framework, node count, GPUs per node
+and container: images/sec and its ratio to the bare point of the same shape,
+start-up (the launcher's start of the processes to the first timed step,
+seconds_from_launch_to_first_timed_step: a container's own start counts), and
+what the rank saw that is known to slow a container (trainscale.core.isolation):
+/dev/shm's size, a network namespace of its own, a seccomp filter, a CPU quota.
+figures/containers.{png,pdf}: images/sec, one bar per runtime, grouped by
+framework and GPU count.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from trainscale.analysis.outputs import CONTAINERS
+from trainscale.core.records import read_record
+from trainscale.launching.containers import BARE
+
+SHAPE = ["framework", "nodes", "gpus_per_node"]
+
+
+def _row(record: dict) -> dict:
+    isolation = record["provenance"].get("isolation") or {}
+    container = record.get("container") or {}
+    return {
+        "framework": record["framework"],
+        "nodes": record["nodes"],
+        "gpus_per_node": record["gpus_per_node"],
+        "gpus": record["nodes"] * record["gpus_per_node"],
+        # Records older than the axis ran on the bare host.
+        "container": record["settings"].get("container", BARE),
+        "runtime": container.get("runtime", "bare host"),
+        "runtime_version": container.get("runtime_version", ""),
+        "images_per_sec": record["images_per_sec"]["mean"],
+        "images_per_sec_std": record["images_per_sec"]["std"],
+        "startup_seconds": record.get("seconds_from_launch_to_first_timed_step"),
+        "dev_shm_mib": isolation.get("dev_shm_mib"),
+        "network_namespace": isolation.get("network_namespace"),
+        "seccomp": isolation.get("seccomp"),
+        "cpu_quota_cores": isolation.get("cpu_quota_cores"),
+    }
+
+
+def containers_table(records: list[dict]) -> pd.DataFrame:
+    """A row per shape and container, of the ok records, with ratios to bare."""
+    rows = pd.DataFrame([_row(r) for r in records if r["status"] == "ok"])
+    if rows.empty:
+        return rows
+    bare = rows[rows["container"] == BARE].set_index(SHAPE)
+    keys = list(zip(*(rows[c] for c in SHAPE)))
+
+    def of_bare(column: str) -> list:
+        return [bare[column].get(key) if key in bare.index else None for key in keys]
+
+    rows["of_bare_images_per_sec"] = rows["images_per_sec"] / pd.Series(
+        of_bare("images_per_sec"), dtype=float
+    )
+    rows["startup_over_bare_seconds"] = rows["startup_seconds"] - pd.Series(
+        of_bare("startup_seconds"), dtype=float
+    )
+    # A namespace of its own: not the bare run's of the same shape (one host).
+    rows["own_network_namespace"] = [
+        None if host is None else ns != host
+        for ns, host in zip(rows["network_namespace"], of_bare("network_namespace"))
+    ]
+    rows["bare_first"] = rows["container"] != BARE  # the bare host first in each shape
+    rows = rows.sort_values([*SHAPE, "bare_first", "container"])
+    return rows.drop(columns=["network_namespace", "bare_first"]).reset_index(drop=True)
+
+
+LABELS = {
+    "gpus_per_node": "GPUs per node",
+    "images_per_sec": "images/sec",
+    "images_per_sec_std": "± std",
+    "of_bare_images_per_sec": "÷ bare",
+    "startup_seconds": "start-up (s)",
+    "startup_over_bare_seconds": "start-up − bare (s)",
+    "dev_shm_mib": "/dev/shm (MiB)",
+    "own_network_namespace": "own network namespace",
+    "seccomp": "seccomp (0 none, 2 filter)",
+    "cpu_quota_cores": "CPU quota (cores)",
+}
+
+
+def plot_containers(table: pd.DataFrame, paths: list[str], title: str) -> None:
+    """Seed 002's Fig. 3: images/sec, a bar per container, grouped by shape."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from trainscale.analysis.plotting import legend
+    from trainscale.core.records import atomic_path
+
+    containers = list(dict.fromkeys(table["container"])) if not table.empty else [BARE]
+    groups = list(dict.fromkeys(zip(table["framework"], table["gpus"]))) if not table.empty else []
+    width = 0.8 / len(containers)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 2), 4.2), layout="constrained")
+    for i, name in enumerate(containers):
+        mine = table[table["container"] == name].set_index(["framework", "gpus"])
+        heights = [mine["images_per_sec"].get(g, float("nan")) for g in groups]
+        spread = [mine["images_per_sec_std"].get(g, float("nan")) for g in groups]
+        xs = [x + i * width for x in range(len(groups))]
+        ax.bar(xs, heights, width, yerr=spread, capsize=3, label=name)
+    ax.set_xticks([x + width * (len(containers) - 1) / 2 for x in range(len(groups))])
+    ax.set_xticklabels([f"{f}\n{g} GPU(s)" for f, g in groups])
+    ax.set(ylabel="images/sec (± std over blocks)", title=title)
+    legend(fig, [ax])
+    for path in paths:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=150)
+    plt.close(fig)
+
+
+def write_containers(records: list[str], folder: str, figures: list[str]) -> None:
+    """tables/containers.* into `folder` and the figure to `figures`, from run records."""
+    from trainscale.analysis.rendering import write_table
+
+    table = containers_table([read_record(path) for path in records])
+    caption = (
+        "Containers: each runtime against the bare host, same points "
+        "(start-up: the launcher's start of the ranks to the first timed step)"
+    )
+    # GPUs in all: the figure's groups; the table has nodes and GPUs per node.
+    write_table(table.drop(columns=["gpus"]), folder, CONTAINERS, caption, LABELS, data=table)
+    plot_containers(table, figures, "Training throughput by container runtime")
