@@ -55,14 +55,31 @@ DB_PASSWORD=trainscale-lab
 log() { echo "slurm-lab: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
-  local seconds=$1 what=$2
-  shift 2
+wait_until() { # wait_until SECONDS COMMAND...: 0 once COMMAND succeeds, 1 if it never did
+  local seconds=$1
+  shift
   for _ in $(seq $((seconds * 5))); do
     if "$@" >/dev/null 2>&1; then return 0; fi
     sleep 0.2
   done
+  return 1
+}
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local seconds=$1 what=$2
+  shift 2
+  wait_until "$seconds" "$@" && return
+  show_logs
   die "$what did not come up within ${seconds}s"
+}
+
+show_logs() { # what SLURM and the daemons said, for a bring-up that failed (CI shows only stderr)
+  sinfo -N -h -o '%N %t %E' 2>&1 | sed 's/^/slurm-lab: sinfo: /' >&2 || true
+  local log
+  for log in "$LAB_DIR"/*.log; do
+    [ -f "$log" ] && tail -n 5 "$log" | sed "s|^|slurm-lab: $(basename "$log"): |" >&2
+  done
+  return 0
 }
 
 node_count() { cat "$LAB_DIR/nodes" 2>/dev/null || echo 0; }
