@@ -21,7 +21,7 @@ COMPAT_VENV ?= .venv-compat
 COMPAT_PYTHON ?= $(lastword $(wildcard $(shell pyenv root 2>/dev/null || echo /root/.pyenv)/versions/3.8.*/bin/python))
 COMPAT_TENSORFLOW ?= 2.11.0
 
-.PHONY: help setup system slurm-packages train-env torch-env analysis-env demo demo-accuracy demo-harness test test-fast \
+.PHONY: help setup system containers image slurm-packages train-env torch-env analysis-env demo demo-accuracy demo-harness test test-fast \
 	docs docs-browser test-slurm test-compat slurm-lab-up slurm-lab-down lint format clean bench
 
 help:
@@ -36,6 +36,7 @@ help:
 	@echo "make bench      the harness's overhead ratios and the workflow at scale (bench/results.json)"
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
+	@echo "make image      the container image (envs/Containerfile) for Podman and ch-run"
 	@echo "make setup      install system packages and the three environments"
 
 setup: train-env torch-env analysis-env
@@ -66,6 +67,19 @@ analysis-env:
 # the declarations at build time; --strict fails on a broken link.
 docs: analysis-env
 	$(VENV)/bin/mkdocs build --strict
+
+# Podman and Charliecloud's ch-run (the `container` axis), from Debian.
+containers:
+	bash tools/install-containers.sh
+
+# The image they run (envs/Containerfile): Debian's minbase and the training
+# environments, built by the same install scripts; once per machine, reused
+# while its inputs stay the same (tools/build-image.sh). IMAGE_ENVIRONMENTS:
+# which (torch: the torch frameworks and Horovod's torch ranks, as the
+# container studies run; "torch train": TensorFlow's too, minutes more).
+IMAGE_ENVIRONMENTS ?= torch
+image: containers
+	IMAGE_ENVIRONMENTS="$(IMAGE_ENVIRONMENTS)" bash tools/build-image.sh
 
 # Headless Chromium, which the docs test opens the built site in.
 docs-browser:
@@ -110,7 +124,7 @@ bench: train-env torch-env analysis-env
 PYTEST_PARALLEL ?= -n auto --maxprocesses 2 --dist loadgroup
 # The tests marked `alone` compare timings across runs: they run last, with
 # no other test beside them (pyproject.toml's markers).
-test: train-env torch-env analysis-env slurm-packages docs-browser
+test: train-env torch-env analysis-env slurm-packages docs-browser image
 	$(TRAIN_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/harness tests/examples
 	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/torch tests/examples
 	$(VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "not alone" tests/workflow

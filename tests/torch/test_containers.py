@@ -1,0 +1,88 @@
+"""Ranks inside real container runtimes: Charliecloud's ch-run and Podman, on
+`make image`'s image (envs/Containerfile), each rank started by the
+framework's own launcher (torch.distributed's ranks by trainscale's local
+plan, Horovod's by mpirun) through the container's command. The containers
+are profiles/local/containers.yaml's, as the container demo runs them.
+
+The record says which runtime ran the ranks and its version (from outside),
+what the image says of itself and what the rank saw of its isolation (from
+inside): a test that ran on the bare host would fail on each."""
+
+import json
+import os
+
+import pytest
+import yaml
+from runs import TINY, check_a_torch_run, load_json, trainscale
+
+from trainscale.core.isolation import IMAGE_LABEL, isolation_facts
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+with open(os.path.join(REPO, "profiles", "local", "containers.yaml")) as handle:
+    CONTAINERS = yaml.safe_load(handle)["cluster"]["containers"]
+# ch-run's image: make image unpacks it here (tools/build-image.sh).
+IMAGE_DIRECTORY = "/var/tmp/trainscale-images/trainscale"
+
+
+def built_image_label() -> dict:
+    try:
+        with open(IMAGE_DIRECTORY + IMAGE_LABEL) as handle:
+            return json.load(handle)
+    except OSError:
+        pytest.skip(f"no image at {IMAGE_DIRECTORY}: make image builds it (make test does)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
+@pytest.mark.parametrize("runtime", ["charliecloud", "podman"])
+def test_every_rank_runs_inside_the_container(tmp_path, framework, runtime):
+    label = built_image_label()
+    # Relative to the working directory, as the workflow's records are: the
+    # ranks must start where the launcher runs ({workdir}).
+    output = os.path.relpath(tmp_path / "r.json")
+    result = trainscale(
+        "run",
+        *("--framework", framework, "--gpus-per-node", "2", *TINY),
+        *("--model", "small_cnn", "--batch-size", "8", "--dataset", "synthetic"),
+        *("--container-name", runtime, "--container-command", CONTAINERS[runtime]["command"]),
+        *("--output", output),
+        check=True,
+        timeout=300,
+    )
+    record = load_json(output)
+    check_a_torch_run(record, result, replicas=2)
+    assert record["settings"]["container"] == runtime
+    container = record["container"]
+    assert container["runtime"] == runtime and container["runtime_version"]
+    assert container["command"] == CONTAINERS[runtime]["command"]
+    if runtime == "podman":  # its content digest, as Podman names the image
+        assert container["image"] == "localhost/trainscale:latest"
+        assert container["image_id"].startswith("sha256:") or len(container["image_id"]) == 64
+    else:  # a directory: make image's, the one the label inside came from
+        assert container["image_path"].endswith("trainscale-" + label["recipe_digest"])
+    # Read inside: the image's own label, and its Python, not this one's.
+    provenance = record["provenance"]
+    assert provenance["image"] == label and label["recipe_digest"] != "unknown"
+    assert provenance["python"] == label["python"]
+    assert [p["image"] for p in provenance["processes"]] == [label["recipe_digest"]] * 2
+    # Both share the host's network (--network=host); Podman filters system
+    # calls (its default seccomp profile), ch-run does not.
+    host, inside = isolation_facts(), provenance["isolation"]
+    assert inside["network_namespace"] == host["network_namespace"]
+    assert inside["seccomp"] == (2 if runtime == "podman" else host["seccomp"])
+
+
+def test_a_bare_run_records_no_container_and_the_hosts_isolation(tmp_path):
+    output = tmp_path / "r.json"
+    trainscale(
+        "run",
+        *("--framework", "torch-single", "--gpus-per-node", "1", *TINY),
+        *("--model", "small_cnn", "--batch-size", "8", "--dataset", "synthetic"),
+        *("--output", str(output)),
+        check=True,
+    )
+    record = load_json(output)
+    assert "container" not in record and record["settings"]["container"] == "none"
+    assert record["provenance"]["image"] is None
+    assert [p["image"] for p in record["provenance"]["processes"]] == [None]
+    assert record["provenance"]["isolation"] == isolation_facts()
