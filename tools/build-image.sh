@@ -75,6 +75,7 @@ podman images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/trainscale:
   grep -v -e ":$key\$" -e ':latest$' | xargs -r podman rmi > /dev/null || true
 # ch-run binds a host folder only where the image has a folder to bind it on:
 # this checkout's path, the runs' working directory (it shares the host's /tmp
-# unless told --private-tmp).
-mkdir -p "$directory$PWD"
+# unless told --private-tmp); and SLURM's default spool, where srun
+# --mpi=pmix's PMIx server has its directory (tests/slurm-lab/containers.yaml).
+mkdir -p "$directory$PWD" "$directory/var/spool/slurmd"
 echo "image: $tag and $directory ($(podman image inspect --format '{{.Id}}' "$tag" | cut -c1-19))"

@@ -49,6 +49,8 @@ def containers_table(records: list[dict]) -> pd.DataFrame:
     rows = pd.DataFrame([_row(r) for r in records if r["status"] == "ok"])
     if rows.empty:
         return rows
+    # No quota (None) is an empty cell, not the word.
+    rows["cpu_quota_cores"] = pd.to_numeric(rows["cpu_quota_cores"])
     bare = rows[rows["container"] == BARE].set_index(SHAPE)
     keys = list(zip(*(rows[c] for c in SHAPE)))
 
@@ -82,6 +84,7 @@ LABELS = {
     "own_network_namespace": "own network namespace",
     "seccomp": "seccomp (0 none, 2 filter)",
     "cpu_quota_cores": "CPU quota (cores)",
+    "runtime_version": "version",
 }
 
 
