@@ -3,11 +3,13 @@ command each grid point's ranks run through, and the refusals. The runs
 inside real runtimes are tests/torch/test_containers.py."""
 
 import copy
+import os
 import shlex
 import sys
 
 import pandas as pd
 import pytest
+from conftest import REPO, copy_repository, snakemake
 from test_config_errors import base, check
 
 from trainscale.core.isolation import cpu_quota_cores, isolation_facts, seccomp_mode
@@ -163,3 +165,67 @@ def test_the_containers_table_sets_each_runtime_beside_the_bare_host():
     assert podman["seccomp"] == 2 and podman["dev_shm_mib"] == 63
     assert table.loc[(2, "none"), "runtime"] == "bare host"
     assert pd.isna(table.loc[(1, "charliecloud"), "of_bare_images_per_sec"])
+
+
+def _probe(link, gbit, container=None, transport="torch"):
+    probe = {"link": link, "transport": transport, "all_reduce": [{"busbw": gbit / 8e-9}]}
+    if container:  # a probe from before the axis names none: the bare host
+        probe["container_name"] = container
+    return probe
+
+
+def test_the_containers_table_has_the_bandwidth_its_ranks_link_was_probed_at_inside():
+    from trainscale.analysis.containers_report import containers_table
+
+    records = [
+        _record("none", 100.0, 4.5),
+        _record("podman", 90.0, 6.0),
+        _record("charliecloud", 99.0, 4.75),
+        _record("podman", 50.0, 4.0, gpus=1),  # one rank: no link
+    ]
+    probes = [
+        _probe("intra-node", 8.0),
+        _probe("intra-node", 2.0, "podman"),
+        _probe("intra-node", 1.0, "podman", transport="horovod-mpi"),  # another library
+        _probe("inter-node", 0.5, "charliecloud"),  # a link these runs do not cross
+    ]
+    table = containers_table(records, probes).set_index(["gpus_per_node", "container"])
+    busbw = table["all_reduce_busbw_gbit_per_s"]
+    assert busbw[(2, "none")] == pytest.approx(8.0) and busbw[(2, "podman")] == pytest.approx(2.0)
+    assert table.loc[(2, "podman"), "of_bare_busbw"] == pytest.approx(0.25)
+    assert pd.isna(busbw[(2, "charliecloud")]) and pd.isna(busbw[(1, "podman")])
+
+
+def test_the_lab_container_study_runs_every_train_and_probe_job_through_its_runtime(tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"), training_envs=False)
+    study = os.path.join(REPO, "tests", "slurm-lab", "containers.yaml")
+    dry = snakemake(repo, "-n", "-p", "--profile", "profiles/slurm", "--configfile", study)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    lines = [line for line in dry.stdout.splitlines() if line.startswith("Shell command:")]
+    trains = [line for line in lines if "bin/trainscale run " in line]
+    probes = [line for line in lines if "trainscale probe" in line]
+    # 2 frameworks x 2 node counts x 3 containers; 2 transports x 3 containers.
+    assert (len(trains), len(probes)) == (12, 6)
+    for runtime, command in (
+        ("charliecloud", "'ch-run -b /var/spool/slurmd "),
+        ("podman", "'podman run "),
+    ):
+        for jobs in (trains, probes):
+            inside = [line for line in jobs if f"--container-name {runtime} " in line]
+            assert len(inside) == len(jobs) // 3
+            assert all(f"--container-command {command}" in line for line in inside)
+    bare = [line for line in lines if "--container-name none" in line]
+    assert len(bare) == 6 and not any("--container-command" in line for line in bare)
+
+
+def test_a_container_the_cluster_does_not_define_is_refused_before_anything_runs(tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"), training_envs=False)
+    study = os.path.join(REPO, "tests", "slurm-lab", "containers.yaml")
+    dry = snakemake(
+        repo, "-n", "--profile", "profiles/slurm", "--configfile", study,
+        "--config", "grid={'container': ['none', 'apptainer']}",
+    )  # fmt: skip
+    assert dry.returncode != 0
+    said = dry.stdout + dry.stderr
+    assert "config key grid.container: container 'apptainer' is not one cluster.containers" in said
+    assert "(it defines: charliecloud, podman)" in said

@@ -24,12 +24,12 @@ def test_a_study_probes_each_network_and_transport_on_one_node_and_across_two():
     probes = study_probes(config, check_config(config, root=REPO))
     # Horovod's MPI all-reduce and MultiWorker's collective ops.
     assert probes == [
-        ProbeJob(network, transport, nodes, ranks)
+        ProbeJob(network, "none", transport, nodes, ranks)
         for network in ("eth", "ib")
         for transport in ("horovod-mpi", "tf")
         for nodes, ranks in ((1, 2), (2, 1))
     ]
-    assert probes[0].stem() == "network/eth/horovod-mpi/n1r2"
+    assert probes[0].stem() == "network/eth/none/horovod-mpi/n1r2"
 
 
 def test_the_lab_parameter_server_study_probes_the_incast_across_two_nodes():
@@ -38,7 +38,9 @@ def test_the_lab_parameter_server_study_probes_the_incast_across_two_nodes():
     # The ring's link (2 ranks) and a server with 3 workers, 2 of them remote;
     # tf-ps's own kind has no probe transport: its gRPC has no probe of its own.
     assert probes == [
-        ProbeJob("shaped", transport, 2, ranks) for transport in ("tf", "torch") for ranks in (1, 2)
+        ProbeJob("shaped", "none", transport, 2, ranks)
+        for transport in ("tf", "torch")
+        for ranks in (1, 2)
     ]
 
 
@@ -51,8 +53,8 @@ def test_the_probes_follow_the_frameworks_launchers_and_shapes():
     probes = study_probes(config, check_config(config, root=REPO))
     # One node: its own link only; the default route; a single device talks to no one.
     assert probes == [
-        ProbeJob("default", "horovod-gloo", 1, 2),
-        ProbeJob("default", "torch", 1, 2),
+        ProbeJob("default", "none", "horovod-gloo", 1, 2),
+        ProbeJob("default", "none", "torch", 1, 2),
     ]
     config["probe"]["links"] = ["inter-node"]  # and no point spans two nodes
     assert study_probes(config, check_config(config, root=REPO)) == []
@@ -62,7 +64,7 @@ def test_the_probes_follow_the_frameworks_launchers_and_shapes():
 
 def test_a_probe_job_runs_on_its_networks_environment_and_the_nodes_it_spans():
     config = seed002()
-    job = ProbeJob("eth", "horovod-mpi", 2, 1)
+    job = ProbeJob("eth", "none", "horovod-mpi", 2, 1)
     point = probe_point(config, job)
     settings = run_settings(config, point)
     assert (settings.framework, settings.horovod_launcher, settings.network) == (

@@ -344,7 +344,8 @@ def test_the_shaped_network_is_probed_at_its_rate_and_slows_training_across_node
     got = records(repo, "slurm-lab-network")
     assert {r["settings"]["network"] for r in got.values()} == {"fast", "shaped"}
     probes = {
-        (p.parts[-3], p.stem): json.loads(p.read_text()) for p in folder.glob("network/*/*/*.json")
+        (p.parts[-4], p.stem): json.loads(p.read_text())
+        for p in folder.glob("network/*/none/*/*.json")
     }
     assert set(probes) == {("fast", "n2r1"), ("shaped", "n2r1")}
     shaped, fast = probes["shaped", "n2r1"], probes["fast", "n2r1"]

@@ -251,6 +251,7 @@ def probe_job(wildcards):
     """The probe a probe job's wildcards name (only the study's probes exist)."""
     job = ProbeJob(
         wildcards.network,
+        wildcards.container,
         wildcards.transport,
         int(wildcards.nodes),
         int(wildcards.ranks_per_node),
@@ -290,8 +291,10 @@ def probe_options(wildcards):
         *("--repetitions", probe["repetitions"], "--timeout", probe["timeout_seconds"]),
         *("--requested-gpus-per-node", job_shape(config, point)["gpus_per_node"]),
         *("--requested-cpus-per-task", probe_slurm(wildcards)["cpus_per_task"]),
+        *("--container-name", settings.container),
     ]
-    return " ".join(shlex.quote(str(option)) for option in options)
+    quoted = " ".join(shlex.quote(str(option)) for option in options)
+    return f"{quoted} {container_arguments(config, point)}"
 
 
 def network_table_files():

@@ -5,6 +5,7 @@
 rule containers:
     input:
         records=record_files(),
+        probes=probe_files(),
     output:
         tables=[
             report(path, category="Tables", caption="../report/containers.rst")

@@ -7,6 +7,7 @@ from trainscale.analysis.containers_report import write_containers
 
 write_containers(
     list(snakemake.input.records),
+    list(snakemake.input.probes),
     snakemake.params.folder,
     list(snakemake.output.figures),
 )

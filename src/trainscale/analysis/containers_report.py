@@ -6,23 +6,57 @@ and container: images/sec and its ratio to the bare point of the same shape,
 start-up (the launcher's start of the processes to the first timed step,
 seconds_from_launch_to_first_timed_step: a container's own start counts), and
 what the rank saw that is known to slow a container (trainscale.core.isolation):
-/dev/shm's size, a network namespace of its own, a seccomp filter, a CPU quota.
+/dev/shm's size, a network namespace of its own, a seccomp filter, a CPU quota;
+and, where the study probed the link the point's ranks cross from inside the
+same container (trainscale probe), the all-reduce's bus bandwidth at the
+largest message and its ratio to the bare host's.
 figures/containers.{png,pdf}: images/sec, one bar per runtime, grouped by
 framework and GPU count.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from trainscale.analysis.outputs import CONTAINERS
 from trainscale.core.records import read_record
 from trainscale.launching.containers import BARE
+from trainscale.network.probe import probe_container, read_probes, transport_of
+from trainscale.study.settings import RunSettings
 
 SHAPE = ["framework", "nodes", "gpus_per_node"]
+GBIT = 8e-9  # bytes per second -> Gbit/s
 
 
-def _row(record: dict) -> dict:
+def _busbw_gbit(record: dict, probes: list[dict]) -> float | None:
+    """The all-reduce bus bandwidth (largest message) of the probe of the link
+    the run's ranks cross, in its container, over its framework's transport
+    (or another launcher of the same library); None where none was probed."""
+    link = "inter-node" if record["nodes"] >= 2 else "intra-node"
+    if record["nodes"] * record["gpus_per_node"] < 2:
+        return None  # one rank talks to no one
+    names = {f.name for f in dataclasses.fields(RunSettings)}
+    shape = {k: record[k] for k in ("framework", "nodes", "gpus_per_node")}
+    settings = RunSettings(**{k: v for k, v in record["settings"].items() if k in names}, **shape)
+    transport = transport_of(settings)
+    container = record["settings"].get("container", BARE)
+    found = [
+        p
+        for p in probes
+        if p["link"] == link
+        and probe_container(p) == container
+        and transport
+        and p["transport"].split("-")[0] == transport.split("-")[0]
+    ]
+    if not found:
+        return None
+    probe = min(found, key=lambda p: p["transport"] != transport)
+    return probe["all_reduce"][-1]["busbw"] * GBIT
+
+
+def _row(record: dict, probes: list[dict]) -> dict:
     isolation = record["provenance"].get("isolation") or {}
     container = record.get("container") or {}
     return {
@@ -41,16 +75,18 @@ def _row(record: dict) -> dict:
         "network_namespace": isolation.get("network_namespace"),
         "seccomp": isolation.get("seccomp"),
         "cpu_quota_cores": isolation.get("cpu_quota_cores"),
+        "all_reduce_busbw_gbit_per_s": _busbw_gbit(record, probes),
     }
 
 
-def containers_table(records: list[dict]) -> pd.DataFrame:
+def containers_table(records: list[dict], probes: list[dict] = ()) -> pd.DataFrame:
     """A row per shape and container, of the ok records, with ratios to bare."""
-    rows = pd.DataFrame([_row(r) for r in records if r["status"] == "ok"])
+    rows = pd.DataFrame([_row(r, list(probes)) for r in records if r["status"] == "ok"])
     if rows.empty:
         return rows
-    # No quota (None) is an empty cell, not the word.
-    rows["cpu_quota_cores"] = pd.to_numeric(rows["cpu_quota_cores"])
+    # No quota, no probe (None): an empty cell, not the word.
+    for column in ("cpu_quota_cores", "all_reduce_busbw_gbit_per_s"):
+        rows[column] = pd.to_numeric(rows[column])
     bare = rows[rows["container"] == BARE].set_index(SHAPE)
     keys = list(zip(*(rows[c] for c in SHAPE)))
 
@@ -62,6 +98,9 @@ def containers_table(records: list[dict]) -> pd.DataFrame:
     )
     rows["startup_over_bare_seconds"] = rows["startup_seconds"] - pd.Series(
         of_bare("startup_seconds"), dtype=float
+    )
+    rows["of_bare_busbw"] = rows["all_reduce_busbw_gbit_per_s"] / pd.Series(
+        of_bare("all_reduce_busbw_gbit_per_s"), dtype=float
     )
     # A namespace of its own: not the bare run's of the same shape (one host).
     rows["own_network_namespace"] = [
@@ -85,6 +124,8 @@ LABELS = {
     "seccomp": "seccomp (0 none, 2 filter)",
     "cpu_quota_cores": "CPU quota (cores)",
     "runtime_version": "version",
+    "all_reduce_busbw_gbit_per_s": "all-reduce busbw (Gbit/s)",
+    "of_bare_busbw": "busbw ÷ bare",
 }
 
 
@@ -118,11 +159,14 @@ def plot_containers(table: pd.DataFrame, paths: list[str], title: str) -> None:
     plt.close(fig)
 
 
-def write_containers(records: list[str], folder: str, figures: list[str]) -> None:
-    """tables/containers.* into `folder` and the figure to `figures`, from run records."""
+def write_containers(
+    records: list[str], probes: list[str], folder: str, figures: list[str]
+) -> None:
+    """tables/containers.* into `folder` and the figure to `figures`, from run
+    records and the study's probe records."""
     from trainscale.analysis.rendering import write_table
 
-    table = containers_table([read_record(path) for path in records])
+    table = containers_table([read_record(path) for path in records], read_probes(probes))
     caption = (
         "Containers: each runtime against the bare host, same points "
         "(start-up: the launcher's start of the ranks to the first timed step)"

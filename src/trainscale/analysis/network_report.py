@@ -1,11 +1,12 @@
 """A study's network table and figure, from its probe records (trainscale.network.probe).
 
-tables/network.{csv,md,tex}: a row per probe (network, transport, link):
+tables/network.{csv,md,tex}: a row per probe (network, container, transport, link):
 the one-way latency of a 1-byte ping-pong, the ping-pong bandwidth and the
 all-reduce's bus bandwidth at the largest message, in Gbit/s, and the
 ping-pong's share of the network's rated speed where cluster.networks gives
 one. figures/network.{png,pdf}: bandwidth against message size, a line per
-network, transport and measure, a panel per link: seed 002's Fig. 2.
+network, container (where not the bare host), transport and measure, a panel
+per link: seed 002's Fig. 2.
 """
 
 from __future__ import annotations
@@ -13,13 +14,20 @@ from __future__ import annotations
 import pandas as pd
 
 from trainscale.analysis.outputs import NETWORK
-from trainscale.network.probe import DEFAULT_NETWORK, read_probes
+from trainscale.network.probe import DEFAULT_NETWORK, probe_container, read_probes
 
 GBIT = 8e-9  # bytes per second -> Gbit/s
 
 
 def _network_name(record: dict) -> str:
     return record["network"] or DEFAULT_NETWORK
+
+
+def _series_name(record: dict) -> str:
+    """Network, container (unless the bare host) and transport: a figure's line."""
+    container = probe_container(record)
+    inside = [] if container == "none" else [container]
+    return " ".join([_network_name(record), *inside, record["transport"]])
 
 
 def network_table(records: list[dict], rated_gbit: dict[str, float]) -> pd.DataFrame:
@@ -34,6 +42,7 @@ def network_table(records: list[dict], rated_gbit: dict[str, float]) -> pd.DataF
         rows.append(
             {
                 "network": network,
+                "container": probe_container(r),
                 "transport": r["transport"],
                 "backend": r["backend"],
                 "link": r["link"],
@@ -55,7 +64,11 @@ def network_table(records: list[dict], rated_gbit: dict[str, float]) -> pd.DataF
                 "ping_pong_of_rated": ping_gbit / rated if rated and ping_gbit else None,
             }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    # A column only where some probe ran in a container.
+    if not table.empty and (table["container"] == "none").all():
+        table = table.drop(columns=["container"])
+    return table
 
 
 LABELS = {
@@ -74,7 +87,7 @@ def network_curves(records: list[dict]) -> pd.DataFrame:
     """Bandwidth (Gbit/s) against message size: a row per record, measure and size."""
     rows = []
     for r in records:
-        series = f"{_network_name(r)} {r['transport']}"
+        series = _series_name(r)
         for p in r["ping_pong"]:
             rows.append((r["link"], f"{series} ping-pong", p["bytes"], p["bandwidth"] * GBIT))
         for c in r["all_reduce"]:

@@ -33,7 +33,7 @@ import pandas as pd
 
 from trainscale.analysis.outputs import PREDICTED_VS_PROBE
 from trainscale.analysis.predict import Cell, PredictError, Series, StepModel, best_fit
-from trainscale.network.probe import read_probes
+from trainscale.network.probe import probe_container, read_probes
 from trainscale.study.registry import framework_spec
 from trainscale.study.settings import SETTING, RunSettings
 from trainscale.study.study import parse_knobs
@@ -49,7 +49,7 @@ class ProbedLink:
 
 
 def probed_link(series: Series, probes: list[dict]) -> ProbedLink | None:
-    """The inter-node probe of the series' network and transport, if one ran."""
+    """The inter-node probe of the series' network, container and transport, if one ran."""
     knobs = dict(parse_knobs(series.knobs))
     values = {k: SETTING[k].from_text(v) for k, v in knobs.items() if k in SETTING}
     settings = RunSettings(framework=series.framework, **values)
@@ -63,6 +63,7 @@ def probed_link(series: Series, probes: list[dict]) -> ProbedLink | None:
         for p in probes
         if p["link"] == "inter-node"
         and p["network"] == knobs.get("network", "")
+        and probe_container(p) == knobs.get("container", "none")
         and p["transport"].split("-")[0] == family
     ]
     if not transport or not found:

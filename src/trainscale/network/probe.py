@@ -66,13 +66,15 @@ TRANSPORTS = _transports()
 # The folder of the cluster's default route (network ""); no cluster network
 # may take the name (the config schema refuses it).
 DEFAULT_NETWORK = "default"
-# A probe record's path below results/{study}/.
-PROBE_PATTERN = "network/{network}/{transport}/n{nodes}r{ranks_per_node}"
+# A probe record's path below results/{study}/. The container level came with
+# the container axis: a study's probes from before it are planned again.
+PROBE_PATTERN = "network/{network}/{container}/{transport}/n{nodes}r{ranks_per_node}"
 
 
 @dataclasses.dataclass(frozen=True, order=True)
 class ProbeJob:
     network: str  # its folder name: DEFAULT_NETWORK for the cluster's default route
+    container: str  # cluster.containers' name, or "none": the bare host
     transport: str
     nodes: int
     ranks_per_node: int
@@ -82,10 +84,10 @@ class ProbeJob:
 
 
 def study_probes(config: dict, points) -> list[ProbeJob]:
-    """The probes a study runs (config `probe`): each network of its grid x each
-    transport its frameworks talk over x each link of `probe.links` that a run
-    crosses (the node's own where a point has 2 GPUs per node, the network
-    where one spans 2 nodes)."""
+    """The probes a study runs (config `probe`): each network and container of
+    its grid x each transport its frameworks talk over x each link of
+    `probe.links` that a run crosses (the node's own where a point has 2 GPUs
+    per node, the network where one spans 2 nodes)."""
     from trainscale.study.registry import FRAMEWORKS
     from trainscale.study.study import run_settings
 
@@ -96,6 +98,7 @@ def study_probes(config: dict, points) -> list[ProbeJob]:
     runs = [run_settings(config, p) for p in points if p.framework in FRAMEWORKS]
     transports = sorted({transport_of(s) for s in runs} - {""})
     networks = sorted({s.network or DEFAULT_NETWORK for s in runs})
+    containers = sorted({s.container for s in runs})
     # A link no run crosses is not probed: one node's own with one GPU, the network on one node.
     crossed = {
         "intra-node": max(s.gpus_per_node for s in runs) >= 2,
@@ -103,18 +106,25 @@ def study_probes(config: dict, points) -> list[ProbeJob]:
         "incast": max(s.nodes for s in runs) >= 2,
     }
     shapes = [LINKS[link] for link in LINKS if link in links and crossed[link]]
-    return [ProbeJob(n, t, *shape) for n in networks for t in transports for shape in shapes]
+    return [
+        ProbeJob(n, c, t, *shape)
+        for n in networks
+        for c in containers
+        for t in transports
+        for shape in shapes
+    ]
 
 
 def probe_point(config: dict, job: ProbeJob):
-    """A grid point of the probe's shape and network, for its SLURM resources
-    and environment (trainscale.study.jobs.slurm_resources, network_environment)."""
+    """A grid point of the probe's shape, network and container, for its SLURM
+    resources, environment and container command (trainscale.study.jobs)."""
     from trainscale.study.study import GridPoint
 
     spec, grid = TRANSPORTS[job.transport], config["grid"]
     knobs = [
         *spec.settings,
         *([("network", job.network)] if job.network != DEFAULT_NETWORK else []),
+        *([("container", job.container)] if job.container != "none" else []),
     ]
     return GridPoint(
         spec.framework, grid["model"][0], grid["batch_size"][0], job.nodes, job.ranks_per_node,
@@ -239,7 +249,15 @@ def read_probes(paths: list[str]) -> list[dict]:
     for path in paths:
         with open(path) as handle:
             records.append(json.load(handle))
-    return sorted(records, key=lambda r: (r["network"], r["transport"], r["nodes"]))
+    return sorted(
+        records, key=lambda r: (r["network"], probe_container(r), r["transport"], r["nodes"])
+    )
+
+
+def probe_container(record: dict) -> str:
+    """The container a probe's ranks ran in ("none": the bare host, as every
+    probe before the container axis)."""
+    return record.get("container_name", "none")
 
 
 def summary(record: dict) -> dict:
