@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPO, copy_repository, snakemake
@@ -128,7 +129,12 @@ def _record(container, rate, startup, namespace="net:[1]", seccomp=0, shm=24105,
         "framework": "torch-ddp",
         "nodes": 1,
         "gpus_per_node": gpus,
-        "settings": {"container": container},
+        "settings": {
+            "framework": "torch-ddp",
+            "nodes": 1,
+            "gpus_per_node": gpus,
+            "container": container,
+        },
         "images_per_sec": {"mean": rate, "std": 1.0},
         "seconds_from_launch_to_first_timed_step": startup,
         "provenance": {
@@ -165,6 +171,25 @@ def test_the_containers_table_sets_each_runtime_beside_the_bare_host():
     assert podman["seccomp"] == 2 and podman["dev_shm_mib"] == 63
     assert table.loc[(2, "none"), "runtime"] == "bare host"
     assert pd.isna(table.loc[(1, "charliecloud"), "of_bare_images_per_sec"])
+
+
+def test_the_containers_table_combines_the_repeats_of_a_point():
+    from trainscale.analysis.containers_report import containers_table
+
+    def repeat(container, blocks, startup):
+        record = _record(container, sum(blocks) / len(blocks), startup)
+        record["images_per_sec"]["samples"] = blocks
+        return record
+
+    records = [repeat("none", [9.0, 11.0], 4.0), repeat("none", [19.0, 21.0], 6.0)]
+    records += [repeat("podman", [14.0, 16.0], 6.0)]
+    table = containers_table(records).set_index("container")
+    assert table.loc["none", "repeats"] == 2 and table.loc["podman", "repeats"] == 1
+    assert table.loc["none", "images_per_sec"] == pytest.approx(15.0)
+    # The std of the four blocks together, around their mean.
+    assert table.loc["none", "images_per_sec_std"] == pytest.approx(np.std([9, 11, 19, 21], ddof=1))
+    assert table.loc["none", "startup_seconds"] == pytest.approx(5.0)
+    assert table.loc["podman", "of_bare_images_per_sec"] == pytest.approx(1.0)
 
 
 def _probe(link, gbit, container=None, transport="torch"):

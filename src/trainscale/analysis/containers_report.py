@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pandas as pd
 
 from trainscale.analysis.outputs import CONTAINERS
@@ -38,8 +39,11 @@ def _busbw_gbit(record: dict, probes: list[dict]) -> float | None:
     if record["nodes"] * record["gpus_per_node"] < 2:
         return None  # one rank talks to no one
     names = {f.name for f in dataclasses.fields(RunSettings)}
+    # A record's settings are RunSettings' fields (older records lack some).
     shape = {k: record[k] for k in ("framework", "nodes", "gpus_per_node")}
-    settings = RunSettings(**{k: v for k, v in record["settings"].items() if k in names}, **shape)
+    settings = RunSettings(
+        **{**{k: v for k, v in record["settings"].items() if k in names}, **shape}
+    )
     transport = transport_of(settings)
     container = record["settings"].get("container", BARE)
     found = [
@@ -70,6 +74,7 @@ def _row(record: dict, probes: list[dict]) -> dict:
         "runtime_version": container.get("runtime_version", ""),
         "images_per_sec": record["images_per_sec"]["mean"],
         "images_per_sec_std": record["images_per_sec"]["std"],
+        "block_rates": record["images_per_sec"].get("samples") or [],
         "startup_seconds": record.get("seconds_from_launch_to_first_timed_step"),
         "dev_shm_mib": isolation.get("dev_shm_mib"),
         "network_namespace": isolation.get("network_namespace"),
@@ -79,11 +84,30 @@ def _row(record: dict, probes: list[dict]) -> dict:
     }
 
 
+def _combine_repeats(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per shape and container: the mean of the repeats' means and
+    start-ups, and the std of all their blocks together (as the study's tables,
+    trainscale.analysis.tidy)."""
+    combined = []
+    for _, group in rows.groupby([*SHAPE, "container"], sort=False):
+        row = group.iloc[0].copy()
+        blocks = np.concatenate([np.asarray(b, float) for b in group["block_rates"]])
+        row["images_per_sec"] = group["images_per_sec"].mean()
+        if len(group) > 1 and len(blocks) > 1:
+            row["images_per_sec_std"] = float(np.std(blocks, ddof=1))
+        row["startup_seconds"] = pd.to_numeric(group["startup_seconds"]).mean()
+        row["repeats"] = len(group)
+        combined.append(row)
+    return pd.DataFrame(combined).drop(columns=["block_rates"]).reset_index(drop=True)
+
+
 def containers_table(records: list[dict], probes: list[dict] = ()) -> pd.DataFrame:
-    """A row per shape and container, of the ok records, with ratios to bare."""
+    """A row per shape and container, of the ok records (repeats combined),
+    with ratios to bare."""
     rows = pd.DataFrame([_row(r, list(probes)) for r in records if r["status"] == "ok"])
     if rows.empty:
         return rows
+    rows = _combine_repeats(rows)
     # No quota, no probe (None): an empty cell, not the word.
     for column in ("cpu_quota_cores", "all_reduce_busbw_gbit_per_s"):
         rows[column] = pd.to_numeric(rows[column])
