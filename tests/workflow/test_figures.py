@@ -222,3 +222,33 @@ def test_the_refactoring_trade_off_draws_a_study_whose_every_run_failed(tmp_path
     paths = [str(tmp_path / "refactoring_tradeoff.png")]
     refactoring_tradeoff(ok_only(combine_repeats(failed)), refactoring, paths)  # as write_figures
     assert (tmp_path / "refactoring_tradeoff.png").stat().st_size > 0
+
+
+def test_the_containers_figure_reads_at_a_glance(tmp_path, monkeypatch):
+    # Seed 002's Fig. 3: a bar per container in each group (framework, GPUs),
+    # its height the table's images/sec; nothing off the canvas or under the legend.
+    from test_containers import _record
+
+    from trainscale.analysis.containers_report import containers_table, plot_containers
+
+    records = [
+        _record(container, rate * gpus, 4.0, gpus=gpus)
+        for gpus in (1, 2)
+        for container, rate in (("none", 100.0), ("charliecloud", 99.0), ("podman", 90.0))
+    ]
+    table = containers_table(records)
+    drawn = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
+    plot_containers(table, [str(tmp_path / "containers.png")], "Throughput by container")
+    (fig,) = drawn
+    assert not texts_outside_the_canvas(fig) and not covered(fig)
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    assert labels == ["none", "charliecloud", "podman"]
+    heights = {
+        (label, round(bar.get_x())): bar.get_height()
+        for handle, label in zip(handles, labels, strict=True)
+        for bar in handle.patches
+    }
+    assert heights[("podman", 1)] == pytest.approx(180.0)  # 2 GPUs: the second group
+    assert heights[("none", 0)] == pytest.approx(100.0)
