@@ -127,6 +127,8 @@ def _record(container, rate, startup, namespace="net:[1]", seccomp=0, shm=24105,
     record = {
         "status": "ok",
         "framework": "torch-ddp",
+        "model": "small_cnn",
+        "batch_size": 32,
         "nodes": 1,
         "gpus_per_node": gpus,
         "settings": {
@@ -229,8 +231,8 @@ def test_the_lab_container_study_runs_every_train_and_probe_job_through_its_runt
     lines = [line for line in dry.stdout.splitlines() if line.startswith("Shell command:")]
     trains = [line for line in lines if "bin/trainscale run " in line]
     probes = [line for line in lines if "trainscale probe" in line]
-    # 2 frameworks x 2 node counts x 3 containers; 2 transports x 3 containers.
-    assert (len(trains), len(probes)) == (12, 6)
+    # 2 frameworks x 2 node counts x 3 containers x 2 repeats; 2 transports x 3 containers.
+    assert (len(trains), len(probes)) == (24, 6)
     for runtime, command in (
         ("charliecloud", "'ch-run -b /var/spool/slurmd "),
         ("podman", "'podman run "),
@@ -240,7 +242,7 @@ def test_the_lab_container_study_runs_every_train_and_probe_job_through_its_runt
             assert len(inside) == len(jobs) // 3
             assert all(f"--container-command {command}" in line for line in inside)
     bare = [line for line in lines if "--container-name none" in line]
-    assert len(bare) == 6 and not any("--container-command" in line for line in bare)
+    assert len(bare) == 8 + 2 and not any("--container-command" in line for line in bare)
 
 
 def test_a_container_the_cluster_does_not_define_is_refused_before_anything_runs(tmp_path):
@@ -254,3 +256,18 @@ def test_a_container_the_cluster_does_not_define_is_refused_before_anything_runs
     said = dry.stdout + dry.stderr
     assert "config key grid.container: container 'apptainer' is not one cluster.containers" in said
     assert "(it defines: charliecloud, podman)" in said
+
+
+def test_a_point_is_compared_with_the_bare_run_of_its_own_batch(tmp_path):
+    from trainscale.analysis.containers_report import containers_table, varying
+
+    def at(batch, container, rate):
+        return {**_record(container, rate, 4.0), "batch_size": batch}
+
+    records = [at(16, "none", 100.0), at(16, "podman", 50.0)]
+    records += [at(32, "none", 200.0), at(32, "podman", 180.0)]
+    table = containers_table(records).set_index(["batch_size", "container"])
+    assert table.loc[(16, "podman"), "of_bare_images_per_sec"] == pytest.approx(0.5)
+    assert table.loc[(32, "podman"), "of_bare_images_per_sec"] == pytest.approx(0.9)
+    # The table and the figure name the batch, not the model or network it never varies.
+    assert varying(table.reset_index()) == ["batch_size"]

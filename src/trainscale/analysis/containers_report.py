@@ -27,7 +27,10 @@ from trainscale.launching.containers import BARE
 from trainscale.network.probe import probe_container, read_probes, transport_of
 from trainscale.study.settings import RunSettings
 
-SHAPE = ["framework", "nodes", "gpus_per_node"]
+# What makes two runs the same point but for the container. The table and the
+# figure name model, batch and network only where the study varies them.
+POINT = ["model", "batch_size", "network"]
+SHAPE = ["framework", *POINT, "nodes", "gpus_per_node"]
 GBIT = 8e-9  # bytes per second -> Gbit/s
 
 
@@ -65,6 +68,9 @@ def _row(record: dict, probes: list[dict]) -> dict:
     container = record.get("container") or {}
     return {
         "framework": record["framework"],
+        "model": record["model"],
+        "batch_size": record["batch_size"],
+        "network": record["settings"].get("network", ""),
         "nodes": record["nodes"],
         "gpus_per_node": record["gpus_per_node"],
         "gpus": record["nodes"] * record["gpus_per_node"],
@@ -137,6 +143,7 @@ def containers_table(records: list[dict], probes: list[dict] = ()) -> pd.DataFra
 
 
 LABELS = {
+    "batch_size": "batch per GPU",
     "gpus_per_node": "GPUs per node",
     "images_per_sec": "images/sec",
     "images_per_sec_std": "± std",
@@ -153,6 +160,11 @@ LABELS = {
 }
 
 
+def varying(table: pd.DataFrame) -> list[str]:
+    """The columns of POINT that the study varies (the others say nothing)."""
+    return [c for c in POINT if not table.empty and table[c].nunique() > 1]
+
+
 def plot_containers(table: pd.DataFrame, paths: list[str], title: str) -> None:
     """Seed 002's Fig. 3: images/sec, a bar per container, grouped by shape."""
     import matplotlib
@@ -164,17 +176,18 @@ def plot_containers(table: pd.DataFrame, paths: list[str], title: str) -> None:
     from trainscale.core.records import atomic_path
 
     containers = list(dict.fromkeys(table["container"])) if not table.empty else [BARE]
-    groups = list(dict.fromkeys(zip(table["framework"], table["gpus"]))) if not table.empty else []
+    key = ["framework", *varying(table), "gpus"]
+    groups = list(dict.fromkeys(zip(*(table[c] for c in key)))) if not table.empty else []
     width = 0.8 / len(containers)
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 2), 4.2), layout="constrained")
     for i, name in enumerate(containers):
-        mine = table[table["container"] == name].set_index(["framework", "gpus"])
+        mine = table[table["container"] == name].set_index(key)
         heights = [mine["images_per_sec"].get(g, float("nan")) for g in groups]
         spread = [mine["images_per_sec_std"].get(g, float("nan")) for g in groups]
         xs = [x + i * width for x in range(len(groups))]
         ax.bar(xs, heights, width, yerr=spread, capsize=3, label=name)
     ax.set_xticks([x + width * (len(containers) - 1) / 2 for x in range(len(groups))])
-    ax.set_xticklabels([f"{f}\n{g} GPU(s)" for f, g in groups])
+    ax.set_xticklabels([" ".join(map(str, g[:-1])) + f"\n{g[-1]} GPU(s)" for g in groups])
     ax.set(ylabel="images/sec (± std over blocks)", title=title)
     legend(fig, [ax])
     for path in paths:
@@ -196,5 +209,7 @@ def write_containers(
         "(start-up: the launcher's start of the ranks to the first timed step)"
     )
     # GPUs in all: the figure's groups; the table has nodes and GPUs per node.
-    write_table(table.drop(columns=["gpus"]), folder, CONTAINERS, caption, LABELS, data=table)
+    unvaried = [c for c in POINT if c not in varying(table)]
+    shown = table.drop(columns=["gpus", *unvaried], errors="ignore")
+    write_table(shown, folder, CONTAINERS, caption, LABELS, data=table)
     plot_containers(table, figures, "Training throughput by container runtime")
