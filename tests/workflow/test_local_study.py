@@ -449,7 +449,7 @@ def test_a_job_killed_on_its_last_attempt_is_recorded_as_failed(tmp_path):
     study = study_variant(
         "killed",
         grid={"framework": ["tf-single"], "gpus_per_node": [1], "batch_size": [16, 32]},
-        benchmark={"blocks": 100, "steps_per_block": 10},
+        benchmark={"blocks": 100, "steps_per_block": 10, "time_budget_seconds": 10},
         train_retries=0,
         constraints={},
     )
@@ -496,8 +496,9 @@ def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path, signal
     study = study_variant(
         "interrupted",
         grid={"framework": ["tf-single", "horovod"], "gpus_per_node": [1, 2]},
-        # Long enough (about 2,000 steps) to be interrupted inside a training.
-        benchmark={"blocks": 200, "steps_per_block": 10},
+        # Long enough to be interrupted inside a training (its start-up and
+        # 10 s of blocks), short enough that resuming costs little.
+        benchmark={"blocks": 200, "steps_per_block": 10, "time_budget_seconds": 10},
         # No retries: a job cancelled by Ctrl-C is not a failure to record.
         train_retries=0,
     )
