@@ -12,6 +12,7 @@ import os
 import sys
 
 from trainscale.core.setting import add_argument
+from trainscale.launching.run_point import run_point
 from trainscale.network.probe import TRANSPORTS, probe_parser, run_probe
 from trainscale.study.options import OPTIONS, RunOptions, validate_options
 from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec, missing_module
@@ -20,7 +21,6 @@ from trainscale.study.settings import (
     RunSettings,
     SettingsError,
     all_settings,
-    check_data_files,
     validate,
     with_global_batch,
 )
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         _require(settings.framework)
         if args.command == "train":
             return _train(settings, options)
-        return _run(settings, options)
+        return run_point(settings, options)
     except SettingsError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
@@ -336,81 +336,6 @@ def _drive(driver: str, settings: RunSettings, options: RunOptions) -> None:
         raise
     if timings:  # a worker node's task has none: the head's driver writes them
         atomic_write_json(options.output, {**read_record(options.output), **timings})
-
-
-def own_log_tail(lines: int = 30) -> str:
-    """The last lines of the file this process's stderr goes to (the job's log), if any."""
-    from trainscale.core.records import log_tail
-
-    try:
-        path = os.readlink("/proc/self/fd/2")
-    except OSError:
-        path = ""
-    sys.stderr.flush()
-    if not os.path.isfile(path):
-        return "(stderr is not a file: no log to quote)"
-    return log_tail(path, lines)
-
-
-def _run(settings: RunSettings, options: RunOptions) -> int:
-    from trainscale.core.faults import clear_side_files
-    from trainscale.core.records import atomic_write_json, outcome_record, read_record
-    from trainscale.core.slurm import in_slurm_job, slurm_job_reason
-    from trainscale.launching.containers import container_provenance
-    from trainscale.launching.launch import launch
-
-    output = options.output or (
-        f"trainscale-{settings.framework}-{settings.model}-n{settings.nodes}"
-        f"g{settings.gpus_per_node}-b{settings.batch_size}.json"
-    )
-    check_data_files(settings)
-    if options.attempt == 1:  # the grid point's timeline starts with its first attempt
-        clear_side_files(output)
-    # Asked before the clock starts: the runtime's version, from outside the container.
-    container = container_provenance(settings.container, options.container_command)
-    result = launch(settings, dataclasses.replace(options, output=output))
-    code = result.code
-    outcome = None
-    reason = slurm_job_reason() if result.terminated and in_slurm_job() else ""
-    if result.timed_out:
-        outcome = (
-            "timeout",
-            f"stopped by the watchdog after {result.seconds:.0f} s "
-            "(--timeout, or the SLURM time limit less a margin)",
-        )
-    elif reason == "TimeLimit":
-        outcome = ("timeout", f"SLURM ended the job at its time limit after {result.seconds:.0f} s")
-    elif code != 0 and result.out_of_memory:
-        outcome = ("oom", result.out_of_memory)
-    elif code != 0 and options.attempts and options.attempt >= options.attempts:
-        why = f"SIGTERM (SLURM reason: {reason or 'none given'})" if result.terminated else code
-        outcome = ("failed", f"exited with {why}; log tail:\n{own_log_tail()}")
-    if outcome:
-        status, error = outcome
-        record = outcome_record(settings, status, error, result.seconds)
-        atomic_write_json(output, {**record, **container})
-        print(
-            f"{settings.framework:<15} {settings.model} n{settings.nodes}g"
-            f"{settings.gpus_per_node} b{settings.batch_size}: {status.upper()} after "
-            f"{result.seconds:.1f} s ({error.splitlines()[0]}) -> {output}"
-        )
-        return 0
-    if code != 0:
-        print(f"trainscale run: error: {settings.framework} exited with {code}", file=sys.stderr)
-        return code if code > 0 else 128 - code
-    record = read_record(output)
-    if container:
-        atomic_write_json(output, {**record, **container})
-    rate, per_replica = record["images_per_sec"], record["per_replica_images_per_sec"]
-    tokens = record.get("tokens_per_sec")  # a text model's
-    tokens = f", {tokens['mean']:.0f} tokens/sec" if tokens else ""
-    print(
-        f"{record['framework']:<15} {record['model']} n{record['nodes']}g{record['gpus_per_node']} "
-        f"b{record['batch_size']} {record['device']}: "
-        f"{rate['mean']:.1f} ± {rate['std']:.1f} images/sec total "
-        f"({per_replica['mean']:.1f} per replica)" + tokens + f" -> {output}"
-    )
-    return 0
 
 
 if __name__ == "__main__":
