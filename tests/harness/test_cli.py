@@ -193,3 +193,17 @@ def test_horovodrun_passes_every_rank_command_through_whole(monkeypatch):
         launcher = argv.index("horovod.runner.launch")
         monkeypatch.setattr(sys, "argv", ["horovodrun", *argv[launcher + 1 :]])
         assert horovodrun.parse_args().command == command
+
+
+def test_mpirun_lets_cpu_ranks_yield_while_they_wait():
+    # Busy polling takes a core from a CPU rank's own threads (bench/README.md);
+    # a GPU rank's cores are free, and polling answers soonest.
+    from trainscale.study.launch_kinds import horovod_command
+
+    yielding = ["--mca", "mpi_yield_when_idle", "1"]
+
+    def yields(device: str) -> bool:
+        argv = horovod_command(2, "mpi", ["python", "train.py"], device)
+        return any(argv[i : i + 3] == yielding for i in range(len(argv)))
+
+    assert yields("cpu") and not yields("gpu")

@@ -192,7 +192,8 @@ class HorovodRanks(LaunchKind):
     two_nodes = "horovodrun -np 8 -H node1:4,node2:4 python {script}"
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
-        return [Process(horovod_command(processes, settings.horovod_launcher, command), {})]
+        launcher, device = settings.horovod_launcher, settings.device
+        return [Process(horovod_command(processes, launcher, command, device), {})]
 
     def probe_transport(self, settings) -> str:
         return f"horovod-{settings.horovod_launcher}"
@@ -208,7 +209,9 @@ class HorovodRanks(LaunchKind):
         return [], slurm.start_gloo_rendezvous(settings.nodes, per_node)
 
 
-def horovod_command(ranks: int, launcher: str, command: list[str]) -> list[str]:
+def horovod_command(
+    ranks: int, launcher: str, command: list[str], device: str = "gpu"
+) -> list[str]:
     """`command` as `ranks` local Horovod ranks, started by mpirun or horovodrun --gloo."""
     if launcher == "gloo":
         hosts = f"localhost:{ranks}"
@@ -224,6 +227,12 @@ def horovod_command(ranks: int, launcher: str, command: list[str]) -> list[str]:
     # Containers often forbid the cross-memory-attach syscalls Open MPI's
     # shared-memory transport tries first; falling back costs nothing here.
     mpirun_command += ["--mca", "btl_vader_single_copy_mechanism", "none"]
+    if device == "cpu":
+        # A CPU rank's own threads fill its share of the cores, and Open MPI's
+        # default busy polling takes one from them while the rank waits in a
+        # collective: on a 2-core VM, 2 ranks of small_cnn trained 3.8-4.2k
+        # img/s polling and 4.7-6.1k yielding (bench/README.md).
+        mpirun_command += ["--mca", "mpi_yield_when_idle", "1"]
     return mpirun_command + command
 
 
