@@ -76,6 +76,20 @@ def world_size_error(settings, ranks: int, elastic: bool) -> str:
     )
 
 
+# The ranks on this machine, set on each by a local plan whose launcher's
+# local size counts fewer: Horovod elastic's counts one of the machine's two
+# names, torchrun's one agent's. Without it, each of 2 CPU ranks took both
+# cores' threads: 2 Horovod ranks trained 94 img/s where 1 trained 2735
+# (bench/README.md).
+MACHINE_PROCESSES = "TRAINSCALE_MACHINE_PROCESSES"
+
+
+def processes_on_machine(local_size: int) -> int:
+    """The processes sharing this machine: what the launcher's local size
+    says, unless the elastic launch kind's local plan said more."""
+    return int(os.environ.get(MACHINE_PROCESSES, local_size))
+
+
 class TorchElastic(LaunchKind):
     """torchrun's elastic agents (torch.distributed.run): each agent starts
     its node's ranks, and on a failure every agent stops its ranks and joins a
@@ -130,14 +144,18 @@ class TorchElastic(LaunchKind):
         port = free_ports(1)[0]
         endpoint = f"127.0.0.1:{port}"
         argv = self.agent(command, settings, processes, 1, endpoint, f"local{port}")
-        plan = [Process(argv, {AGENT_INDEX: "0", **OWN_STORE_PER_ROUND})]
+        # Each agent's LOCAL_WORLD_SIZE is 1: without the machine's count each
+        # CPU rank took every core's threads, and the run's numbers differed
+        # from torch-ddp's in float32's last bits (bench/README.md).
+        machine = {MACHINE_PROCESSES: str(processes)}
+        plan = [Process(argv, {AGENT_INDEX: "0", **OWN_STORE_PER_ROUND, **machine})]
         # The first agent binds the rendezvous's store (c10d: the first agent
         # whose host is the endpoint's, so here a race); the others start once
         # it serves, so the run needs only it, and a node fault on any other
         # agent is survivable.
         wait = [command[0], "-c", WAIT_FOR_PORT, "127.0.0.1", str(port)]
         for index in range(1, processes):
-            env = {AGENT_INDEX: str(index), **OWN_STORE_PER_ROUND}
+            env = {AGENT_INDEX: str(index), **OWN_STORE_PER_ROUND, **machine}
             plan.append(Process([*wait, *argv], env, required=False))
         return plan
 
@@ -164,16 +182,6 @@ class TorchElastic(LaunchKind):
 # integration tests do so), since a failed rank's host is blacklisted: the
 # ranks on the other name go on. Each name is a node of a node fault.
 HOROVOD_LOCAL_HOSTS = ("localhost", "127.0.0.1")
-# The ranks on this machine, set on each: Horovod's local size counts one
-# name's. With it, each of 2 CPU ranks took both cores' threads, and 2 ranks
-# trained 94 img/s where 1 trained 2735 (bench/README.md).
-MACHINE_PROCESSES = "TRAINSCALE_MACHINE_PROCESSES"
-
-
-def processes_on_machine(local_size: int) -> int:
-    """The processes sharing this machine: what Horovod's local size says,
-    unless the elastic launch kind listed the machine under two names."""
-    return int(os.environ.get(MACHINE_PROCESSES, local_size))
 
 
 class HorovodElastic(LaunchKind):

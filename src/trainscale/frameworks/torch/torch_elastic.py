@@ -18,11 +18,19 @@ import os
 import torch
 
 from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
-from trainscale.study.elastic_kinds import ELASTIC_MAX_RESTARTS, ELASTIC_RENDEZVOUS
+from trainscale.study.elastic_kinds import (
+    ELASTIC_MAX_RESTARTS,
+    ELASTIC_RENDEZVOUS,
+    processes_on_machine,
+)
 
 
 class ElasticDistributedDataParallel(DistributedDataParallel):
     elastic = True
+
+    def connect(self) -> int:
+        # Here one agent per rank: torchrun's LOCAL_WORLD_SIZE counts the agent's.
+        return processes_on_machine(super().connect())
 
     def save_state(self, path: str, steps: int) -> None:
         import torch.distributed as dist
