@@ -104,11 +104,10 @@ def test_a_stopped_rank_holds_the_others_and_costs_its_time(tmp_path):
     assert recovery["restart_seconds"] is None  # nothing restarted
 
 
-def test_ray_train_restarts_its_workers_from_the_checkpoint_it_reported(tmp_path):
+def test_ray_train_restarts_its_workers_from_the_checkpoint_it_reported(tmp_path, unbroken):
     # FailureConfig(max_failures=1): Ray's controller restarts the worker
     # group, and each worker goes on from ray.train.get_checkpoint().
     output, _ = run(tmp_path, "ray-train", "kill-rank1-step12", "ray", "--ray-max-failures", "1")
-    unbroken, _ = run(tmp_path, "ray-train", "none", "unbroken", "--ray-max-failures", "1")
     record = load_json(output)
     recovery = record["recovery"]
     print({k: v for k, v in recovery.items() if k != "world_sizes"})
@@ -116,12 +115,10 @@ def test_ray_train_restarts_its_workers_from_the_checkpoint_it_reported(tmp_path
     # report (about 1 s each here) may not have been when the rank died.
     assert recovery["steps_redone"] in (2, 7) and recovery["world_size_after"] == 2
     check_timing(recovery)
-    # Restored through Ray's checkpoint, the same training to the bit as Ray's
-    # run without a fault. Not torch-elastic's, though both run torch-ddp's
-    # step: on a 2-core AMD VM, unbroken, Ray's ended at loss 3.222132 and
-    # torch-elastic's at 3.221977 (the cause not yet found), and this test
-    # failed there on the difference, the restore itself exact.
-    assert record["final_loss"] == load_json(unbroken)["final_loss"]
+    # Restored through Ray's checkpoint: the same training to the bit as an
+    # unbroken run of the step Ray's workers run, torch-elastic's (both are
+    # torch-ddp's; unbroken, all three ended at loss 3.2219769954681396 here).
+    assert record["final_loss"] == unbroken["final_loss"]
     assert record["framework_config"]["max_failures"] == 1
 
 
