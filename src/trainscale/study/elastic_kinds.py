@@ -145,8 +145,8 @@ class TorchElastic(LaunchKind):
         endpoint = f"127.0.0.1:{port}"
         argv = self.agent(command, settings, processes, 1, endpoint, f"local{port}")
         # Each agent's LOCAL_WORLD_SIZE is 1: without the machine's count each
-        # CPU rank took every core's threads, and the run's numbers differed
-        # from torch-ddp's in float32's last bits (bench/README.md).
+        # CPU rank took every core's threads, trained a fifth as fast, and
+        # ended at another loss than torch-ddp's (bench/README.md).
         machine = {MACHINE_PROCESSES: str(processes)}
         plan = [Process(argv, {AGENT_INDEX: "0", **OWN_STORE_PER_ROUND, **machine})]
         # The first agent binds the rendezvous's store (c10d: the first agent
