@@ -46,6 +46,19 @@ def test_the_peak_table_knows_the_gpus_by_their_driver_names():
     assert peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None  # Volta has no bf16
 
 
+def test_float32_is_compared_with_the_peak_of_the_units_it_ran_on():
+    # Vector units for float32, tensor cores for TF32 (Ampere and later);
+    # TF32 allowed on a Volta runs on its vector units.
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == 66.9
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "tf32") == 494.7
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "tf32") == 156.0
+    assert peak_tflops("Tesla V100-SXM2-32GB", "tf32") == peak_tflops(
+        "Tesla V100-SXM2-32GB", "fp32"
+    )
+    row = utilisation(1000.0, 4 * 10**11, 1, "NVIDIA H100 80GB HBM3", "tf32")
+    assert row["peak_precision"] == "tf32" and row["mfu"] == pytest.approx(400 / 494.7)
+
+
 def test_utilisation_divides_achieved_by_the_peak_of_every_device():
     # 1,000 images/s x 3 x 31 GFLOPs = 93 TFLOP/s over 4 V100s at fp16 (4 x 125).
     result = utilisation(1000.0, 93_000_000_000, 4, "Tesla V100-SXM2-16GB", "fp16")

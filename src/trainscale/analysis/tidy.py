@@ -69,6 +69,8 @@ COLUMNS = [
     "peak_memory_per_replica_mib",
     "gpu_utilisation_percent",
     "gpu_memory_peak_mib",
+    "energy_per_image_joules",
+    "energy_per_token_joules",
     "speedup",
     "efficiency",
     "source",
@@ -114,6 +116,13 @@ def series_order(series: str) -> tuple:
     return (rank, framework, own)
 
 
+ENERGY = ("energy_per_image_joules", "energy_per_token_joules")
+
+
+def _or_nan(value) -> float:
+    return math.nan if value is None else value
+
+
 def record_row(study: str, path: str) -> dict:
     record = read_record(path)
     rate = record.get("images_per_sec") or {}
@@ -156,6 +165,8 @@ def record_row(study: str, path: str) -> dict:
         # NVML's, on GPUs (trainscale.core.gpu_monitor); NaN on CPUs.
         "gpu_utilisation_percent": gpu["utilisation_percent"]["mean"] if gpu else math.nan,
         "gpu_memory_peak_mib": gpu["memory_used_bytes"]["peak"] / 2**20 if gpu else math.nan,
+        # NVML's energy counter over the timed blocks (trainscale.core.timing).
+        **{key: _or_nan(record.get(key)) for key in ENERGY},
         "source": record.get("source", "measured"),
         "settings_hash": record.get("settings_hash"),
         "record": path,
@@ -287,6 +298,7 @@ def _pooled(group: pd.DataFrame) -> pd.Series:
             .mean(),
             "gpu_utilisation_percent": group["gpu_utilisation_percent"].astype(float).mean(),
             "gpu_memory_peak_mib": group["gpu_memory_peak_mib"].astype(float).max(),
+            **{key: group[key].astype(float).mean() for key in ENERGY},
             "tokens_per_sec_mean": group["tokens_per_sec_mean"].astype(float).mean(),
             "trainable_parameters": group["trainable_parameters"].astype(float).max(),
             "memory_capacity_per_replica_mib": group["memory_capacity_per_replica_mib"]
@@ -310,6 +322,7 @@ def combine_repeats(tidy: pd.DataFrame) -> pd.DataFrame:
         "peak_memory_per_replica_mib",
         "gpu_utilisation_percent",
         "gpu_memory_peak_mib",
+        *ENERGY,
         "tokens_per_sec_mean",
         "trainable_parameters",
         "memory_capacity_per_replica_mib",

@@ -74,6 +74,10 @@ class BlockTimes:
                 "basis": "block mean per step on the writing process",
             },
             "timed_seconds": float(np.sum(self.seconds)),
+            # Every process's images in the timed blocks: each block's total
+            # rate over the block's seconds (the writer's; a step's collective
+            # keeps the processes' blocks the same length).
+            "timed_images": float(np.dot(totals, self.seconds)),
             "blocks": len(self.seconds),
         }
 
@@ -90,6 +94,21 @@ def token_rates(summary: dict, tokens_per_example: int) -> dict:
         "tokens_per_sec": in_tokens(summary["images_per_sec"]),
         "per_replica_tokens_per_sec": in_tokens(summary["per_replica_images_per_sec"]),
     }
+
+
+def energy_per_example(energy_joules: float | None, summary: dict, tokens_per_example: int) -> dict:
+    """What the devices drew per image trained (and per token, for a text
+    model's `tokens_per_example`-token sequences) over the timed blocks:
+    their energy over the timed part (NVML's counter,
+    trainscale.core.gpu_monitor) over every process's images in it. None
+    where no counter was read (CPUs, GPUs before Volta)."""
+    images = summary["timed_images"]
+    per_image = energy_joules / images if energy_joules is not None and images else None
+    fields = {"energy_per_image_joules": per_image}
+    if tokens_per_example > 1:
+        per_token = per_image / tokens_per_example if per_image is not None else None
+        fields["energy_per_token_joules"] = per_token
+    return fields
 
 
 @dataclass

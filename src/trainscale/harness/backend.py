@@ -218,6 +218,12 @@ class Backend:
     def gpu_name(self) -> str:
         raise NotImplementedError
 
+    def peak_precision(self) -> str:
+        """The arithmetic a step's FLOPs ran in, whose peak MFU is taken
+        against (trainscale.harness.flops): --precision, but `tf32` for a
+        float32 run whose ecosystem puts float32 on tensor cores."""
+        return self.settings.precision
+
     def training_flops_per_image(self) -> int:
         raise NotImplementedError
 

@@ -11,9 +11,12 @@ the usual convention for MFU, which leaves out optimizer updates and input
 preparation.
 
 Peaks are dense (no structured sparsity) tensor-core or vector rates from the
-vendors' data sheets, per GPU, by precision. TensorFlow runs float32 matmuls
-and convolutions as TF32 on Ampere and later by default, so `fp32` there is
-compared with the TF32 peak.
+vendors' data sheets, per GPU, by the arithmetic that ran: `fp32` (the vector
+units), `tf32` (float32 on tensor cores, Ampere and later), `fp16`, `bf16`. A
+float32 run is compared with the TF32 peak where its backend ran TF32
+(Backend.peak_precision): TensorFlow does by default; torch does for cuDNN's
+convolutions but not for matmuls (torch.backends.cudnn.allow_tf32 and
+torch.backends.cuda.matmul.allow_tf32).
 """
 
 from __future__ import annotations
@@ -36,18 +39,18 @@ KNOWN_TRAINABLE_PARAMETERS = {
     ("small_cnn", 32): 35_930,
 }
 
-# TFLOP/s per GPU (SXM parts, dense), by the run's --precision.
+# TFLOP/s per GPU (SXM parts, dense), by the arithmetic a run's steps ran.
 PEAK_TFLOPS = {
     "V100": {"fp32": 15.7, "fp16": 125.0},
-    "A100": {"fp32": 156.0, "fp16": 312.0, "bf16": 312.0},
-    "H100": {"fp32": 494.7, "fp16": 989.4, "bf16": 989.4},
-    "H200": {"fp32": 494.7, "fp16": 989.4, "bf16": 989.4},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
+    "H100": {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
+    "H200": {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
 }
 PEAK_BASIS = {
-    "V100": "V100 SXM2: FP32 vector / FP16 tensor cores",
-    "A100": "A100 SXM: TF32 (TensorFlow's float32 default) / FP16, BF16 tensor cores, dense",
-    "H100": "H100 SXM: TF32 (TensorFlow's float32 default) / FP16, BF16 tensor cores, dense",
-    "H200": "H200 SXM: TF32 (TensorFlow's float32 default) / FP16, BF16 tensor cores, dense",
+    "V100": "V100 SXM2 data sheet: FP32 vector / FP16 tensor cores",
+    "A100": "A100 SXM data sheet: FP32 vector / TF32, FP16, BF16 tensor cores, dense",
+    "H100": "H100 SXM data sheet: FP32 vector / TF32, FP16, BF16 tensor cores, dense",
+    "H200": "H200 SXM data sheet: FP32 vector / TF32, FP16, BF16 tensor cores, dense",
 }
 
 
@@ -60,9 +63,14 @@ def gpu_model(device_name: str | None) -> str | None:
 
 
 def peak_tflops(device_name: str | None, precision: str) -> float | None:
-    """Peak TFLOP/s of one such device at `precision`, or None if unknown."""
+    """Peak TFLOP/s of one such device for `precision`'s arithmetic (fp32, tf32,
+    fp16, bf16), or None if unknown."""
     key = gpu_model(device_name)
-    return PEAK_TFLOPS[key].get(precision) if key else None
+    if key is None:
+        return None
+    peaks = PEAK_TFLOPS[key]
+    # TF32 allowed on a GPU without it (Volta) runs float32 on the vector units.
+    return peaks.get("tf32", peaks["fp32"]) if precision == "tf32" else peaks.get(precision)
 
 
 @functools.lru_cache(maxsize=None)  # functools.cache is 3.9+
@@ -113,7 +121,9 @@ def utilisation(
     device_name: str | None,
     precision: str,
 ) -> dict:
-    """Achieved TFLOP/s and MFU of a run over `devices` devices (None where unknown)."""
+    """Achieved TFLOP/s and MFU of a run over `devices` devices (None where
+    unknown), against the peak of `precision`, the arithmetic its steps ran
+    (Backend.peak_precision: tf32 for a float32 run on tensor cores)."""
     achieved = images_per_sec * flops_per_image / 1e12 if images_per_sec else None
     peak = peak_tflops(device_name, precision)
     key = gpu_model(device_name)
@@ -121,6 +131,7 @@ def utilisation(
         "training_flops_per_image": flops_per_image,
         "achieved_tflops": achieved,
         "peak_tflops_per_device": peak,
+        "peak_precision": precision,
         "peak_basis": PEAK_BASIS[key] if key else "unknown: device not in the peak table",
         "mfu": achieved / (peak * devices) if achieved and peak else None,
     }

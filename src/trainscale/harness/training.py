@@ -16,7 +16,13 @@ import numpy as np
 from trainscale.core import records
 from trainscale.core.gpu_monitor import GpuMonitor, combine, nvml_monitor
 from trainscale.core.isolation import image_label
-from trainscale.core.timing import BlockBudget, BlockTimes, Stopwatch, token_rates
+from trainscale.core.timing import (
+    BlockBudget,
+    BlockTimes,
+    Stopwatch,
+    energy_per_example,
+    token_rates,
+)
 from trainscale.harness.backend import Backend, require_cuda_devices
 from trainscale.harness.epochs import train_epochs
 from trainscale.harness.flops import utilisation
@@ -242,7 +248,7 @@ def _record(
             backend.training_flops_per_image(),
             topology.num_replicas,
             name,
-            settings.precision,
+            backend.peak_precision(),
         ),
         # startup_seconds: in the process (model build, tracing, warm-up).
         # seconds_to_first_timed_step: from process start (interpreter,
@@ -260,14 +266,7 @@ def _record(
             (p["memory_capacity"]["bytes"] for p in processes if p["memory_capacity"]["bytes"]),
             default=None,
         ),
-        # NVML's view while it trained (trainscale.core.gpu_monitor): null on CPUs,
-        # and gpu_monitor_note says why.
-        "gpu_utilisation": combine(
-            [p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], dict)]
-        ),
-        "gpu_monitor_note": next(
-            (p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], str)), None
-        ),
+        **_gpu_monitored(processes, summary, settings),
         "framework_config": backend.framework_config(),
         # The collectives one (warm-up) step ran, where the backend observes them.
         **(
@@ -284,4 +283,19 @@ def _record(
             "started_at": started_at,
             "finished_at": records.utc_now(),
         },
+    }
+
+
+def _gpu_monitored(processes: list, summary: dict, settings: RunSettings) -> dict:
+    """NVML's view while it trained (trainscale.core.gpu_monitor): utilisation,
+    memory and the energy per image (and token); null on CPUs, and
+    gpu_monitor_note says why."""
+    gpu = combine([p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], dict)])
+    tokens_per_example = settings.seq_len if settings.is_text else 1
+    return {
+        "gpu_utilisation": gpu,
+        **energy_per_example(gpu and gpu["energy_joules"], summary, tokens_per_example),
+        "gpu_monitor_note": next(
+            (p["gpu_monitor"] for p in processes if isinstance(p["gpu_monitor"], str)), None
+        ),
     }

@@ -263,6 +263,14 @@ class TensorFlowBackend(Backend):
         ]
         return {"bytes": int(max(peaks)) if peaks else None, "source": "tf gpu allocator peak"}
 
+    def peak_precision(self) -> str:
+        import tensorflow as tf
+
+        # TensorFlow runs float32 matmuls and convolutions as TF32 by default.
+        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        fp32_on_gpu = self.settings.precision == "fp32" and self.settings.device == "gpu"
+        return "tf32" if fp32_on_gpu and tf32 else self.settings.precision
+
     def gpu_name(self) -> str:
         import tensorflow as tf
 

@@ -301,6 +301,13 @@ class TorchBackend(Backend):
     def gpu_name(self) -> str:
         return torch.cuda.get_device_name(self.device)
 
+    def peak_precision(self) -> str:
+        s = self.settings
+        if s.precision != "fp32" or s.device != "gpu":
+            return s.precision
+        # torch's defaults: cuDNN's convolutions in TF32, matmuls in float32.
+        return "tf32" if tf32_allowed(s.is_text) else "fp32"
+
     def training_flops_per_image(self) -> int:
         s = self.settings
         if s.is_text:
@@ -317,6 +324,14 @@ class TorchBackend(Backend):
             "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
             **horovod_versions("horovod.torch"),
         }
+
+
+def tf32_allowed(text_model: bool) -> bool:
+    """Whether torch runs this model's float32 FLOPs on tensor cores: a text
+    model's are matmuls, an image model's convolutions (cuDNN)."""
+    if text_model:
+        return torch.backends.cuda.matmul.allow_tf32
+    return torch.backends.cudnn.allow_tf32
 
 
 def torch_forward_flops_per_image(
