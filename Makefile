@@ -11,6 +11,11 @@ DEMO_DIR ?= results/demo-harness
 LOCAL_STUDY ?= results/local-cpu
 
 NODES ?= 2
+# GPU=1: the training environments' GPU builds (envs/train-gpu.yaml and
+# envs/torch-gpu.yaml: TensorFlow with CUDA, PyPI's CUDA build of torch,
+# Horovod with NCCL operations), e.g. `make setup GPU=1` on a GPU cluster.
+GPU ?= 0
+export GPU
 
 # The harness's modules: what runs on GPU nodes, on Python 3.8+ (pyproject.toml),
 # found from the registry's backend modules and their imports (tools/harness-modules.py).
@@ -37,7 +42,7 @@ help:
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
 	@echo "make image      the container image (envs/Containerfile) for Podman and ch-run"
-	@echo "make setup      install system packages and the three environments"
+	@echo "make setup      install system packages and the three environments (GPU=1: CUDA builds)"
 
 setup: train-env torch-env analysis-env
 

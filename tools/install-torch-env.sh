@@ -7,8 +7,10 @@
 # things, and a Horovod build holds one framework's ABI.
 #
 # torch is pinned exactly: an unpinned `torch` pulls gigabytes of CUDA wheels.
-# GPU clusters: TORCH_REQUIREMENT='torch==2.13.0' TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
-# (the CUDA build of the same version; pick the index of the cluster's CUDA).
+# GPU=1 (make setup GPU=1): the GPU build, envs/torch-gpu.yaml's pins (the
+# conda GPU environment's too): PyPI's CUDA build of the same torch, and
+# Horovod with NCCL operations. Another CUDA's build of it:
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 (the cluster's CUDA).
 #
 # Idempotent, like install-train-env.sh: each step is skipped when done.
 set -euo pipefail
@@ -28,12 +30,25 @@ fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip "setuptools<70" wheel
 
+gpu=${GPU:-0}
+torch_pins=("$torch_requirement" "$numpy_requirement")
+if [ "$gpu" = 1 ]; then
+  mapfile -t torch_pins < <(python3 "$(dirname "$0")/environment-pins.py" envs/torch-gpu.yaml)
+  export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}
+fi
 torch_version=${torch_requirement#*==}
-if ! "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$torch_version'))" 2>/dev/null; then
-  echo "torch env: installing $torch_requirement"
+if ! "$venv/bin/python" -c "import torch, sys; sys.exit(not (torch.__version__.startswith('$torch_version') and (torch.version.cuda is not None) == bool($gpu)))" 2>/dev/null; then
+  echo "torch env: installing ${torch_pins[*]}"
   index=()
   [ -n "${TORCH_INDEX_URL:-}" ] && index=(--index-url "$TORCH_INDEX_URL" --extra-index-url https://pypi.org/simple)
-  "${pip[@]}" install "${index[@]}" "$torch_requirement" "$numpy_requirement"
+  if [ "$gpu" = 1 ]; then
+    # From the index alone: a folder of local wheels (pip's find-links) may
+    # hold the CPU build of the same version, which pip would prefer; an
+    # empty folder in its place (an empty PIP_FIND_LINKS does not override).
+    PIP_FIND_LINKS=$(mktemp -d) "${pip[@]}" install "${index[@]}" "${torch_pins[@]}"
+  else
+    "${pip[@]}" install "${index[@]}" "${torch_pins[@]}"
+  fi
 fi
 
 source "$(dirname "$0")/wheel-cache.sh"

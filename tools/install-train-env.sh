@@ -13,8 +13,16 @@ set -euo pipefail
 venv=${1:-.venv-train}
 python=${PYTHON:-python3.11}
 tensorflow_version=${TENSORFLOW_VERSION:-2.15.1}
-# GPU clusters: TENSORFLOW_REQUIREMENT='tensorflow[and-cuda]==2.15.1'.
 tensorflow_requirement=${TENSORFLOW_REQUIREMENT:-tensorflow-cpu==$tensorflow_version}
+tensorflow_distribution=tensorflow-cpu
+# GPU=1 (make setup GPU=1): the GPU build, envs/train-gpu.yaml's pins (the
+# conda GPU environment's too): TensorFlow with CUDA, Horovod with NCCL.
+gpu_pins=()
+if [ "${GPU:-0}" = 1 ]; then
+  mapfile -t gpu_pins < <(python3 "$(dirname "$0")/environment-pins.py" envs/train-gpu.yaml)
+  tensorflow_distribution=tensorflow
+  export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}
+fi
 # Keras 2.x ships beside TensorFlow 2.x of the same minor version.
 keras_requirement="keras==${tensorflow_version%.*}.*"
 numpy_requirement=${NUMPY_REQUIREMENT:-numpy<2}
@@ -28,9 +36,16 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 
 "${pip[@]}" install --upgrade pip "setuptools<70" wheel
 
-if ! "$venv/bin/python" -c "import tensorflow, keras, sys; sys.exit(not (tensorflow.__version__ == '$tensorflow_version' and keras.__version__.startswith('${tensorflow_version%.*}')))" 2>/dev/null; then
-  echo "train env: installing $tensorflow_requirement"
-  "${pip[@]}" install "$tensorflow_requirement" "$keras_requirement" "$numpy_requirement"
+if ! "$venv/bin/python" -c "
+import importlib.metadata as installed, keras, sys
+sys.exit(not (installed.version('$tensorflow_distribution') == '$tensorflow_version' and keras.__version__.startswith('${tensorflow_version%.*}')))" 2>/dev/null; then
+  if [ ${#gpu_pins[@]} -gt 0 ]; then
+    echo "train env: installing ${gpu_pins[*]}"
+    "${pip[@]}" install "${gpu_pins[@]}"
+  else
+    echo "train env: installing $tensorflow_requirement"
+    "${pip[@]}" install "$tensorflow_requirement" "$keras_requirement" "$numpy_requirement"
+  fi
 fi
 
 if ! "$venv/bin/python" -c "

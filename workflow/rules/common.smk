@@ -118,10 +118,17 @@ def node_check(command):
 
 
 def conda_env(wildcards):
-    """The conda env file of a train job's framework: envs/train.yaml for
-    train_env, envs/torch.yaml for torch_env (the registry names the key)."""
-    environment = framework_spec(point_of(wildcards).framework).environment
-    return f"../../envs/{environment.removesuffix('_env')}.yaml"
+    """The conda env file of a train job's framework (the registry names its
+    environment's key): envs/train.yaml for train_env, envs/torch.yaml for
+    torch_env."""
+    return conda_file(framework_spec(point_of(wildcards).framework).environment)
+
+
+def conda_file(environment):
+    """An environment's conda file: its GPU build (envs/*-gpu.yaml, as `make
+    setup GPU=1` installs) for a study on GPUs."""
+    build = "-gpu" if config["benchmark"]["device"] == "gpu" else ""
+    return f"../../envs/{environment.removesuffix('_env')}{build}.yaml"
 
 
 WEAK_SCALING_FRAMEWORK = config["figures"]["weak_scaling_framework"]

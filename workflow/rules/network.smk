@@ -10,7 +10,7 @@ rule probe:
     log:
         f"{RESULTS}/logs/{PROBE_PATTERN}.log",
     conda:
-        "../../envs/torch.yaml"
+        conda_file("torch_env")
     container:
         TRAIN_CONTAINER
     threads: lambda wildcards: int(wildcards.ranks_per_node)

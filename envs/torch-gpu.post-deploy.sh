@@ -1,0 +1,1 @@
+torch.post-deploy.sh
