@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # The interpreter running the tests is the training environment's (make test
@@ -48,18 +48,33 @@ def print_shown(terminalreporter) -> None:
                     terminalreporter.write_line(f"\n--- {report.nodeid}\n{text}")
 
 
+def check_may_train(what: str) -> None:
+    """A test not marked `slow` trains nothing (tests/conftest.py; make test-fast)."""
+    if os.environ.get("TRAINSCALE_TEST_MAY_TRAIN") == "0":
+        raise AssertionError(f"{what} trains a model: mark the test `slow`")
+
+
 def trainscale(*args: str, timeout: float = 300, check: bool = False, env=None):
-    """Run the CLI; return the CompletedProcess (stdout and stderr as text)."""
+    """Run the CLI; return the CompletedProcess (stdout and stderr as text). A
+    `run` or `example` that ran to its end trained: only a `slow` test may."""
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
     result = subprocess.run(
         [*TRAINSCALE, *args], capture_output=True, text=True, timeout=timeout, env=full_env
     )
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"trainscale {' '.join(args)} exited {result.returncode}\n"
-            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
-        )
+    if args and args[0] in ("run", "example") and result.returncode == 0:
+        check_may_train(f"trainscale {' '.join(args[:3])}")
+    if check:
+        check_exit(args, result.returncode, result.stdout, result.stderr)
     return result
+
+
+def check_exit(args, returncode: int, stdout: str, stderr: str) -> None:
+    """Fail, with what it printed, unless `trainscale ARGS` exited 0."""
+    if returncode != 0:
+        raise AssertionError(
+            f"trainscale {' '.join(args)} exited {returncode}\n"
+            f"stdout:\n{stdout[-3000:]}\nstderr:\n{stderr[-4000:]}"
+        )
 
 
 def load_json(path) -> dict:
@@ -90,20 +105,57 @@ def make_mnist_dir(root, train: int, test: int, seed: int) -> str:
     return str(root)
 
 
-def watchdog_limit(run_args: list[str], output: Path, first_block: str) -> int:
-    """A watchdog limit that falls inside training whatever this CPU's speed:
-    twice this machine's start-up to `first_block` (measured on a run that is
-    then stopped), plus 10 s, and at least 20 s."""
-    start = time.monotonic()
-    run, printed = start_run(*run_args, "--output", str(output))
-    try:
-        printed.wait_for(first_block)
-        startup = time.monotonic() - start
-    finally:
-        run.terminate()
-        run.wait(timeout=60)
-    print(f"start-up to {first_block!r}: {startup:.1f} s")
-    return round(max(20, 2 * startup + 10))
+# The one run of each framework that its record checks, its equivalence to
+# its one-device run and the examples' comparison all read (run_store.py):
+# VGG-16 at 32x32, which has neither dropout nor batch normalisation, so the
+# only difference 2 replicas may show against one device on the same global
+# batch is float32's summation order; plain SGD, whose update is linear in
+# the gradient (Adam's first step is lr * sign(g), which would hide a wrong
+# scale); one warm-up step and two timed blocks of one step.
+GLOBAL_BATCH = 8
+SHARED_SHAPE = [
+    "--model", "vgg16", "--image-size", "32", "--device", "cpu",
+    "--global-batch-size", str(GLOBAL_BATCH), "--optimizer", "sgd", "--learning-rate", "0.05",
+    "--warmup-steps", "1", "--blocks", "2", "--steps-per-block", "1",
+]  # fmt: skip
+
+
+# A GPT's shared runs (tests/torch/test_gpt_equivalence.py): gpt-tiny on
+# synthetic tokens (drawn by their place in the global batch, so the same
+# however the batch is split), global batch 8, SGD, 2 steps.
+GPT_SHAPE = [
+    "--model", "gpt-tiny", "--dataset", "synthetic", "--seq-len", "16", "--vocab-size", "96",
+    "--device", "cpu", "--global-batch-size", str(GLOBAL_BATCH),
+    "--optimizer", "sgd", "--learning-rate", "0.5",
+    "--warmup-steps", "1", "--blocks", "1", "--steps-per-block", "1",
+]  # fmt: skip
+
+
+def gpt_run(run_store, framework: str, replicas: int, *options: str):
+    """`framework`'s shared GPT run (GPT_SHAPE), its weights saved: the GPT
+    equivalence tests' runs, which the text examples' losses are held to."""
+    args = ("--framework", framework, "--gpus-per-node", str(replicas), *GPT_SHAPE, *options)
+    return run_store.run(*args, weights=True)
+
+
+def framework_run(run_store, cifar_dir: str, framework: str, replicas: int, *options: str):
+    """`framework`'s shared run on `replicas` CPU replicas (SHARED_SHAPE) on
+    the CIFAR-100-format data, with `options`; its weights saved. A Horovod
+    framework names its launcher (mpirun unless `options` say otherwise), so
+    the same run has one key whoever asks; a driver's (Ray's) runs with a
+    HOME and TMPDIR of its own, to see what it leaves there."""
+    from trainscale.study.launch_kinds import HOROVOD_LAUNCHER
+    from trainscale.study.registry import framework_spec
+    from trainscale.study.settings import reads_setting
+
+    if reads_setting(framework, HOROVOD_LAUNCHER.name) and "--horovod-launcher" not in options:
+        options = ("--horovod-launcher", HOROVOD_LAUNCHER.default, *options)
+    return run_store.run(
+        *("--framework", framework, "--gpus-per-node", str(replicas), *SHARED_SHAPE),
+        *("--data-dir", cifar_dir, *options),
+        weights=True,
+        private_home=bool(framework_spec(framework).driver),
+    )
 
 
 def largest_difference(weights, others) -> float:
@@ -196,6 +248,7 @@ def sigint_as_in_a_terminal() -> None:
 def start_run(*args: str, **popen) -> tuple[subprocess.Popen, Output]:
     """`trainscale run` in the background; its stdout and stderr together, as
     they come. Ctrl-C (SIGINT) reaches it as from a terminal."""
+    check_may_train(f"trainscale run {' '.join(args[:2])}")
     run = subprocess.Popen(
         [*TRAINSCALE, "run", *args],
         stdout=subprocess.PIPE,
@@ -267,7 +320,7 @@ def second_process(output: Path, within: float = 240) -> int:
     ray-train run's second Ray Train worker: Ray starts them, slowly on 2 cores)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.2)  # between scans of /proc
         for pid in processes_writing(output):
             try:
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
@@ -287,7 +340,7 @@ def process_in_task_order(output: Path, index: int, within: float = 240) -> int:
     mark = f"\0TRAINSCALE_PROCESS={index}\0".encode()
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.2)  # between scans of /proc
         for pid in processes_writing(output):
             try:
                 if mark in b"\0" + Path(f"/proc/{pid}/environ").read_bytes():
@@ -297,40 +350,64 @@ def process_in_task_order(output: Path, index: int, within: float = 240) -> int:
     raise AssertionError(f"process {index} never started")
 
 
-def assert_a_killed_rank_ends_the_run(
-    run_args: list[str], output: Path, first_block: str, victim_of=second_process
-):
-    """Kill a process (rank 1, unless `victim_of(output)` picks another) of a
-    `trainscale run` inside its timed blocks, as a crash or a lost node would:
-    the run ends within 30 s, failed, with no record."""
+# 2 CPU ranks of small_cnn training (nearly) for ever: only a stop ends them.
+# A small batch, one warm-up step and short blocks reach the first timed
+# block soon after start-up.
+ENDLESS = [
+    "--gpus-per-node", "2", "--model", "small_cnn", "--image-size", "32",
+    "--dataset", "synthetic", "--device", "cpu", "--batch-size", "8",
+    "--warmup-steps", "1", "--steps-per-block", "5", "--blocks", "100000",
+]  # fmt: skip
+FIRST_BLOCK = "block 1/100000"
+
+
+@dataclass
+class KilledRun:
+    """What a run did after one of its processes was SIGKILLed in training."""
+
+    returncode: int
+    seconds_to_first_block: float  # from launch: this machine's start-up, measured
+    seconds_after_kill: float  # from the kill to the launcher's exit
+    record_written: bool
+    printed: str
+
+
+def kill_a_rank(run_args, output: Path, first_block: str, victim_of=None) -> KilledRun:
+    """Start `trainscale run`, SIGKILL one of its processes (rank 1, unless
+    `victim_of(output)` picks another) once it prints `first_block`, as a
+    crash or a lost node would, and see how the run ends."""
     import signal
 
+    start = time.monotonic()
     run, printed = start_run(*run_args, "--output", str(output))
     try:
-        victim = victim_of(output)
+        victim = (victim_of or second_process)(output)
         printed.wait_for(first_block)
+        seconds_to_first_block = time.monotonic() - start
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
         run.wait(timeout=300)
+        seconds_after_kill = time.monotonic() - killed_at
     finally:
         run.kill()
-    assert run.returncode != 0
-    assert time.monotonic() - killed_at < 30  # no rank left waiting in a collective
-    assert not output.exists()
-    assert "exited with" in printed.text()
+    return KilledRun(
+        run.returncode, seconds_to_first_block, seconds_after_kill, output.exists(), printed.text()
+    )
 
 
-# --------------------------------------------------------------------------
-# The example scripts (examples/), run as `trainscale example` runs them
-# --------------------------------------------------------------------------
+def assert_it_ended_quickly_without_a_record(killed: KilledRun) -> None:
+    """A killed rank ends the run within 30 s, failed, with no record: no
+    rank is left waiting in a collective."""
+    assert killed.returncode != 0
+    assert killed.seconds_after_kill < 30, killed.printed[-3000:]
+    assert not killed.record_written
+    assert "exited with" in killed.printed
 
-# The harness's default seed, and plain SGD: the update is linear in the
-# gradient, so an example and the harness agree to float32 rounding.
-EXAMPLE_SEED = "1234"
-EXAMPLE_SGD = ["--optimizer", "sgd", "--learning-rate", "0.05", "--seed", EXAMPLE_SEED]
-# Measured on this code (AMD EPYC, 2 cores): equal to the 6 printed decimals
-# for every framework (see the tests' printed lines).
-EXAMPLE_LOSS_TOLERANCE = 1e-5
+
+def watchdog_limit(seconds_to_first_block: float) -> int:
+    """A watchdog limit that falls inside training whatever this CPU's speed:
+    twice this machine's start-up to the first block, plus 10 s, at least 20 s."""
+    return round(max(20, 2 * seconds_to_first_block + 10))
 
 
 def assert_horovod_elastic_went_on_alone(record: dict) -> None:
@@ -348,16 +425,6 @@ def assert_horovod_elastic_went_on_alone(record: dict) -> None:
     assert 0 < recovery["detection_seconds"] < recovery["recovery_seconds"] < 120
 
 
-def example_cases():
-    """Every example of every framework of each ecosystem this Python runs at
-    least one of (trainscale.launching.examples.Example: framework, workload)."""
-    from trainscale.launching.examples import examples_of
-    from trainscale.study.registry import REGISTRY, missing_module
-
-    ecosystems = {spec.ecosystem for spec in REGISTRY if not missing_module(spec.name)}
-    return [e for spec in REGISTRY if spec.ecosystem in ecosystems for e in examples_of(spec.name)]
-
-
 def one_per_launch_kind(ecosystem: str) -> list[str]:
     """The first framework of `ecosystem` for each launch kind (trainscale.study.launch_kinds):
     where a failure's handling is the launcher's, more of a kind prove nothing new.
@@ -370,112 +437,6 @@ def one_per_launch_kind(ecosystem: str) -> list[str]:
         if spec.ecosystem == ecosystem:
             first.setdefault(type(spec.launch), spec.name)
     return list(first.values())
-
-
-def example_replicas(framework: str, same_numbers: bool = False) -> int:
-    """2 CPU replicas where the framework is distributed, else 1; and 1 where
-    the run must give the same numbers twice (`same_numbers`) but an
-    asynchronous framework's 2 workers update in whichever order they finish."""
-    from trainscale.study.registry import framework_spec
-
-    spec = framework_spec(framework)
-    return 1 if spec.one_device or (same_numbers and spec.asynchronous) else 2
-
-
-def horovod_launcher(framework: str) -> list[str]:
-    """horovodrun --gloo for a Horovod framework: the launcher the examples
-    document, and here 6 s quicker to start than mpirun (tests/harness covers
-    mpirun)."""
-    from trainscale.study.launch_kinds import HOROVOD
-    from trainscale.study.registry import framework_spec
-
-    return ["--horovod-launcher", "gloo"] if framework_spec(framework).launch is HOROVOD else []
-
-
-def run_example(example, *script_args: str, timeout: float = 600, same_numbers: bool = False):
-    """`trainscale example FRAMEWORK --workload W` on its CPU replicas; its
-    losses, step by step, and its output."""
-    framework = example.framework
-    replicas = example_replicas(framework, same_numbers)
-    result = trainscale(
-        "example",
-        framework,
-        *("--workload", example.workload),
-        *("--replicas", str(replicas), "--timeout", str(timeout)),
-        *horovod_launcher(framework),
-        "--",
-        *script_args,
-        check=True,
-        timeout=timeout + 60,
-    )
-    # horovodrun prefixes each rank's lines with "[rank]<stdout>:".
-    stdout = re.sub(r"^\[\d+\]<stdout>:", "", result.stdout, flags=re.M)
-    # Ray prefixes a worker's lines: "(RayTrainWorker pid=N) step 1/2: ...".
-    ray_prefix = r"^(\x1b\[\d+m)?\(\w+ pid=\d+(, ip=[\d.]+)?\)(\x1b\[0m)? "
-    stdout = re.sub(ray_prefix, "", stdout, flags=re.M)
-    losses = [float(v) for v in re.findall(r"^step \d+/\d+: loss (\S+)$", stdout, re.M)]
-    return losses, stdout
-
-
-# A text example's GPT, small: the harness's --model, --seq-len and --vocab-size too.
-EXAMPLE_GPT = ["--model", "gpt-tiny", "--seq-len", "16"]
-
-
-def example_data_run(example, archive_dir: str, text_file: str):
-    """2 steps of the example on its real data: the CIFAR-100-format archive,
-    or a text file (losses, stdout)."""
-    if example.workload == "text":
-        data = ["--text", text_file, *EXAMPLE_GPT]
-    else:
-        data = ["--data-dir", archive_dir]
-    return run_example(example, *data, "--steps", "2", "--batch-size", "4")
-
-
-def example_synthetic_run(example):
-    """2 SGD steps of the example on the harness's synthetic batch: (losses, stdout)."""
-    synthetic = ("--synthetic", "--steps", "2", "--batch-size", "2", *EXAMPLE_SGD)
-    text = [*EXAMPLE_GPT, "--vocab-size", "96"] if example.workload == "text" else []
-    return run_example(example, *synthetic, *text, same_numbers=True)
-
-
-def harness_framework(framework: str) -> str:
-    """The framework whose harness run stands for `framework`'s: a driver's
-    workers (Ray Train's) run another framework's backend, which they
-    subclass, and test_equivalence holds the two equal step for step; so the
-    examples' comparison needs no second Ray start."""
-    from trainscale.frameworks import backend_class
-    from trainscale.study.registry import REGISTRY, framework_spec
-
-    spec = framework_spec(framework)
-    if not spec.driver:
-        return framework
-    parent = backend_class(framework).__mro__[1]
-    same_ecosystem = (s.name for s in REGISTRY if s.ecosystem == spec.ecosystem)
-    return next(name for name in same_ecosystem if backend_class(name) is parent)
-
-
-def harness_synthetic_loss(example, output: Path) -> float:
-    """The harness's loss at step 2 for what example_synthetic_run trains."""
-    replicas = example_replicas(example.framework, same_numbers=True)
-    framework = harness_framework(example.framework)
-    if example.workload == "text":
-        model = [*EXAMPLE_GPT, "--vocab-size", "96"]
-    else:
-        model = ["--model", "vgg16", "--image-size", "32"]
-    trainscale(
-        "run",
-        *("--framework", framework, "--gpus-per-node", str(replicas)),
-        *model,
-        "--device",
-        "cpu",
-        *("--batch-size", "2", "--dataset", "synthetic", *EXAMPLE_SGD),
-        *("--warmup-steps", "1", "--blocks", "1", "--steps-per-block", "1"),
-        *horovod_launcher(framework),
-        *("--output", str(output)),
-        check=True,
-        timeout=600,
-    )
-    return load_json(output)["final_loss"]
 
 
 def memory_cgroup(limit_mb: int):
@@ -493,8 +454,8 @@ def memory_cgroup(limit_mb: int):
     return folder
 
 
-def check_a_torch_run(record, result, replicas):
-    """What every torch framework's run of small_cnn at 32 px records
+def check_a_torch_run(record, stdout: str, replicas: int):
+    """What every torch framework's run of an image model records
     (tests/torch: test_frameworks.py, and test_ray_train.py for Ray's)."""
     import pytest
 
@@ -511,7 +472,8 @@ def check_a_torch_run(record, result, replicas):
     assert rate == pytest.approx(record["per_replica_images_per_sec"]["mean"] * replicas)
     assert record["training_flops_per_image"] > 0 and record["final_loss"] > 0
     # Keras's count: the torch model is its twin (trainscale.analysis.predict reads it).
-    assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("small_cnn", 32)]
+    model = (record["model"], record["image_size"])
+    assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[model]
     # The collectives of a warm-up step, as torch's profiler saw them: every
     # framework over torch.distributed moves the gradient somehow (DDP in one
     # all-reduce, FSDP2 and ZeRO in their own; Horovod's own thread is not
@@ -523,7 +485,7 @@ def check_a_torch_run(record, result, replicas):
         collectives = record["collectives_per_step"]
         assert all(name.split(":")[0] == "gloo" for name in collectives), collectives
         assert sum(c["elements"] for c in collectives.values()) >= record["trainable_parameters"]
-    assert "images/sec total" in result.stdout
+    assert "images/sec total" in stdout
 
 
 def _write_python_docs_wikitext_2(folder: Path) -> str:

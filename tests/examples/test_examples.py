@@ -7,20 +7,24 @@ Python runs, so one its environment lacks fails here rather than vanishing.
 Each runs 2 steps on real data (an image example on a generated
 CIFAR-100-format archive, a text example on a text file), on 2 CPU replicas
 where its framework is distributed, through `trainscale example` (the
-harness's own local launcher); and on the harness's synthetic batch with SGD
-it reaches the harness's loss at step 2.
+harness's own local launcher), once per data-reading code; and each, on the
+harness's synthetic batch with SGD
+it reaches the harness's loss at step 2: an image example that of one
+harness run per ecosystem and replica count, a text example its framework's
+shared GPT run (tests/torch/test_gpt_equivalence.py).
 """
 
 import math
 import re
 
 import pytest
-from runs import (
+from example_runs import (
     EXAMPLE_LOSS_TOLERANCE,
+    data_run_cases,
     example_cases,
     example_data_run,
     example_synthetic_run,
-    harness_synthetic_loss,
+    harness_reference_loss,
 )
 
 EXAMPLES = example_cases()
@@ -52,8 +56,13 @@ def test_this_python_runs_some_examples():
     assert EXAMPLES, "this Python has neither TensorFlow nor torch: run it from .venv-train"
 
 
+# One real-data run per data-reading code (example_runs.data_run_cases): an
+# example whose data code and launch kind another's are runs that code so.
+DATA_RUNS = data_run_cases(EXAMPLES)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("example", EXAMPLES, ids=IDS)
+@pytest.mark.parametrize("example", DATA_RUNS, ids=[example.name for example in DATA_RUNS])
 def test_example_trains_on_real_data(example, archive_dir, text_file):
     losses, stdout = example_data_run(example, archive_dir, text_file)
     assert len(losses) == 2, stdout  # the chief prints each step; the other ranks do not
@@ -63,12 +72,12 @@ def test_example_trains_on_real_data(example, archive_dir, text_file):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=IDS)
-def test_example_reaches_the_harness_loss(example, tmp_path):
+def test_example_reaches_the_harness_loss(example, run_store):
     # Same seed, synthetic batch and plain SGD: the same loss at step 2
-    # (after one update), so the examples and the measured code cannot drift apart
-    # (ray-train's measured code is torch-ddp's: runs.harness_framework).
+    # (after one update), so the examples and the measured code cannot drift
+    # apart. The harness's run is shared (example_runs.reference_framework).
     losses, stdout = example_synthetic_run(example)
-    harness = harness_synthetic_loss(example, tmp_path / "harness.json")
+    harness = harness_reference_loss(run_store, example)
     assert len(losses) == 2, stdout
     print(f"{example.name}: example {losses[1]:.6f}, harness {harness:.6f}")
     assert abs(losses[0] - losses[1]) > 100 * EXAMPLE_LOSS_TOLERANCE  # the step moved it

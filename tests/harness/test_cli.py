@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import trainscale
+from runs import trainscale
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,7 @@ a few steps into its timed blocks (tests/torch/test_elastic.py has the torch
 frameworks, and the definitions the record's `recovery` follows)."""
 
 import pytest
-from conftest import load_json, trainscale
-from runs import assert_horovod_elastic_went_on_alone
+from runs import assert_horovod_elastic_went_on_alone, load_json, trainscale
 
 pytestmark = pytest.mark.slow
 

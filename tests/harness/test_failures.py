@@ -1,28 +1,35 @@
 """Out of memory, the watchdog, and a rank that dies: outcomes, never hangs, never numbers."""
 
 import contextlib
+import dataclasses
 import os
 import resource
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from conftest import TRAINSCALE, load_json, trainscale
 from runs import (
-    assert_a_killed_rank_ends_the_run,
+    ENDLESS,
+    FIRST_BLOCK,
+    TRAINSCALE,
+    KilledRun,
+    assert_it_ended_quickly_without_a_record,
+    kill_a_rank,
+    load_json,
     memory_cgroup,
     process_in_task_order,
     processes_writing,
     second_process,
     start_run,
+    watchdog_limit,
 )
 
 from trainscale.core.supervision import OOM_SIGNS, ProcessTree, stop_all
 
-# Its module fixture (the start-up measured once) is expensive: one pytest-xdist worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("harness-failures")]
+pytestmark = pytest.mark.slow
 
 BIG = [
     "--model",
@@ -116,62 +123,30 @@ def test_a_kernel_oom_kill_in_a_memory_cgroup_is_a_recorded_outcome(tmp_path):
 
 
 # Horovod on 2 CPU ranks training (nearly) forever: only a stop ends it.
-ENDLESS_HOROVOD = [
-    "--framework", "horovod", "--gpus-per-node", "2", "--model", "small_cnn",
-    "--image-size", "32", "--dataset", "synthetic", "--device", "cpu",
-    "--blocks", "100000",
-]  # fmt: skip
+ENDLESS_HOROVOD = ["--framework", "horovod", *ENDLESS]
 
 
 # Every bound below that must fall inside training (not start-up) is sized
-# from how long start-up takes on this machine: the same step runs up to 7x
-# slower on one CPU than another, and a fixed 20 s ended one run still in
-# warm-up on a slow Xeon. Hang bounds are generous for the same reason.
-
-
-FIRST_BLOCK = "block 1/100000"
+# from how long start-up takes on this machine, measured by the killed-rank
+# run: the same step runs up to 7x slower on one CPU than another, and a
+# fixed 20 s ended one run still in warm-up on a slow Xeon. Hang bounds are
+# generous for the same reason.
 
 
 @pytest.fixture(scope="module")
-def seconds_to_first_block(tmp_path_factory):
-    """How long ENDLESS_HOROVOD takes here from launch to its first timed block
-    (mpirun, imports, tracing, warm-up): measured, not assumed."""
-    output = tmp_path_factory.mktemp("startup") / "r.json"
-    start = time.monotonic()
-    run, printed = start_run(*ENDLESS_HOROVOD, "--output", str(output))
-    try:
-        printed.wait_for(FIRST_BLOCK)
-        return time.monotonic() - start
-    finally:
-        _stop_run(run)
+def killed_horovod_rank(run_store) -> KilledRun:
+    """Horovod's rank 1 SIGKILLed in its first timed block, once for the
+    pytest run: how the run ended, and this machine's start-up to that block
+    (mpirun, imports, tracing, warm-up), measured rather than assumed."""
+
+    def killed(folder):
+        return dataclasses.asdict(kill_a_rank(ENDLESS_HOROVOD, Path(folder, "r.json"), FIRST_BLOCK))
+
+    return KilledRun(**run_store.once("killed-horovod-rank", killed))
 
 
-def _stop_run(run: subprocess.Popen) -> None:
-    run.terminate()
-    try:
-        run.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        run.kill()
-        run.wait()
-
-
-def test_the_watchdog_ends_a_run_and_records_a_timeout(tmp_path, seconds_to_first_block):
-    # The limit falls well inside training on this machine, whatever its speed.
-    limit = round(max(20, 2 * seconds_to_first_block + 10))
-    output = tmp_path / "r.json"
-    start = time.monotonic()
-    result = trainscale(
-        "run", *ENDLESS_HOROVOD, "--timeout", str(limit), "--output", str(output),
-        timeout=limit + 300,
-    )  # fmt: skip
-    wall = time.monotonic() - start
-    print(f"start-up to the first block {seconds_to_first_block:.1f} s; watchdog {limit} s")
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = load_json(output)
-    assert record["status"] == "timeout" and record["images_per_sec"] is None
-    assert limit <= record["elapsed_seconds"] <= limit + 15  # the limit plus the grace to stop
-    assert wall < limit + 25
-    assert FIRST_BLOCK in result.stderr  # it was training when it was stopped
+def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(killed_horovod_rank):
+    assert_it_ended_quickly_without_a_record(killed_horovod_rank)
 
 
 @pytest.mark.parametrize(
@@ -191,19 +166,22 @@ def test_the_watchdog_ends_a_run_and_records_a_timeout(tmp_path, seconds_to_firs
             ("Application timeout caused pair closure", "Timed out"),
         ),
         # Horovod over MPI has no collective timeout: the watchdog ends it
-        # (--timeout set below, from this machine's start-up time).
+        # (--timeout set below, from this machine's start-up time), and its
+        # record says so.
         (["--framework", "horovod"], "timeout", ("stopped by the watchdog",)),
     ],
     ids=["multiworker", "horovod-gloo", "horovod-mpi"],
 )
 def test_a_stalled_rank_ends_the_run_within_its_bound(
-    tmp_path, seconds_to_first_block, launch_options, status, sign
+    tmp_path, killed_horovod_rank, launch_options, status, sign
 ):
     # SIGSTOP: the process lives, holds its sockets, and never answers.
     output = tmp_path / "r.json"
-    endless = [*ENDLESS_HOROVOD[2:], "--attempts", "1"]  # the same training, any framework
-    if status == "timeout":  # 30 s after the first block, on this machine
-        endless += ["--timeout", str(round(seconds_to_first_block + 30))]
+    endless = [*ENDLESS, "--attempts", "1"]  # the same training, any framework
+    limit = watchdog_limit(killed_horovod_rank.seconds_to_first_block)
+    if status == "timeout":
+        endless += ["--timeout", str(limit)]
+    start = time.monotonic()
     run, printed = start_run(*launch_options, *endless, "--output", str(output))
     try:
         victim = second_process(output)
@@ -213,39 +191,36 @@ def test_a_stalled_rank_ends_the_run_within_its_bound(
         run.wait(timeout=300)
     finally:
         run.kill()
-    ended_after = time.monotonic() - stopped_at
+    ended_after, wall = time.monotonic() - stopped_at, time.monotonic() - start
     printed = printed.text()
     print(f"{' '.join(launch_options)}: ended {ended_after:.1f} s after the stop")
     record = load_json(output)
     assert record["status"] == status and record["images_per_sec"] is None
     assert any(s in printed or s in record["error"] for s in sign), printed[-6000:]
-    # The timeout, then up to 10 s to stop a process that ignores SIGTERM.
-    assert ended_after < 60
-
-
-def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(tmp_path):
-    assert_a_killed_rank_ends_the_run(ENDLESS_HOROVOD, tmp_path / "r.json", FIRST_BLOCK)
+    if status == "timeout":
+        # The watchdog's limit from launch, plus its grace to stop the ranks.
+        assert limit <= record["elapsed_seconds"] <= limit + 15
+        assert wall < limit + 25
+    else:
+        # The timeout, then up to 10 s to stop a process that ignores SIGTERM.
+        assert ended_after < 60
 
 
 # A chief, a parameter server, two workers: each role is a process of its own.
-ENDLESS_PARAMETER_SERVER = [
-    "--framework", "tf-ps", "--gpus-per-node", "2", "--model", "small_cnn",
-    "--image-size", "32", "--dataset", "synthetic", "--device", "cpu",
-    "--blocks", "100000",
-]  # fmt: skip
+ENDLESS_PARAMETER_SERVER = ["--framework", "tf-ps", *ENDLESS]
 
 
 @pytest.mark.parametrize(("role", "index"), [("chief", 0), ("server", 1), ("worker", 2)])
 def test_a_killed_process_of_any_role_ends_a_parameter_server_run(tmp_path, role, index):
     # A server or a worker never ends by itself: the launcher must not wait
     # for it, nor for a chief that waits on a lost one.
-    output = tmp_path / "r.json"
-    assert_a_killed_rank_ends_the_run(
+    killed = kill_a_rank(
         ENDLESS_PARAMETER_SERVER,
-        output,
+        tmp_path / "r.json",
         FIRST_BLOCK,
         victim_of=lambda output: process_in_task_order(output, index),
     )
+    assert_it_ended_quickly_without_a_record(killed)
 
 
 def test_stopping_a_run_ends_and_waits_for_an_orphan_deaf_to_sigterm():
@@ -284,7 +259,7 @@ def test_ctrl_c_ends_every_rank_before_the_launcher_returns(tmp_path, launch_opt
     output = tmp_path / "r.json"
     run, printed = start_run(
         *launch_options,
-        *ENDLESS_HOROVOD[2:],
+        *ENDLESS,
         "--output",
         str(output),
         start_new_session=True,  # a terminal of its own, to press Ctrl-C in
@@ -308,50 +283,33 @@ def test_ctrl_c_ends_every_rank_before_the_launcher_returns(tmp_path, launch_opt
     assert not output.exists()
 
 
-def test_concurrent_runs_on_one_machine_do_not_collide(tmp_path, cifar_dir):
+def test_concurrent_runs_on_one_machine_do_not_collide_and_stop_at_their_time_budget(
+    tmp_path, cifar_dir
+):
     # Two MultiWorker and two Horovod runs of the same study at once, as the
     # local executor or SLURM packing small jobs on a node would start them:
-    # no port, temp file or record may be shared.
+    # no port, temp file or record may be shared. Each is bounded by a 2 s
+    # time budget, which both processes of a run must stop at after the same
+    # block (else one waits for ever in the next block's collective).
     runs = []
     for i, framework in enumerate(["tf-multiworker", "tf-multiworker", "horovod", "horovod"]):
         output = tmp_path / f"{framework}-{i}.json"
         args = [
-            "--framework",
-            framework,
-            "--gpus-per-node",
-            "2",
-            "--model",
-            "small_cnn",
-            "--image-size",
-            "32",
-            "--batch-size",
-            "8",
-            "--dataset",
-            "cifar100",
-            "--data-dir",
-            cifar_dir,
-            "--device",
-            "cpu",
-            "--warmup-steps",
-            "1",
-            "--blocks",
-            "2",
-            "--steps-per-block",
-            "2",
-            "--timeout",
-            "900",  # a hang bound: four 2-process runs share 2 cores
-            "--output",
-            str(output),
+            *("--framework", framework, "--gpus-per-node", "2", "--model", "small_cnn"),
+            *("--image-size", "32", "--batch-size", "8", "--device", "cpu"),
+            *("--dataset", "cifar100", "--data-dir", cifar_dir),
+            *("--warmup-steps", "1", "--steps-per-block", "2"),
+            *("--blocks", "100000", "--time-budget-seconds", "2"),
+            *("--timeout", "900"),  # a hang bound: four 2-process runs share 2 cores
+            *("--output", str(output)),
         ]
+        command = [sys.executable, "-m", "trainscale", "run", *args]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
         runs.append(
             (
                 output,
                 subprocess.Popen(
-                    [sys.executable, "-m", "trainscale", "run", *args],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
                 ),
             )
         )
@@ -360,6 +318,16 @@ def test_concurrent_runs_on_one_machine_do_not_collide(tmp_path, cifar_dir):
         assert proc.returncode == 0, stderr[-3000:]
         record = load_json(output)
         assert record["status"] == "ok" and record["replicas"] == 2
+        blocks = record["blocks"]
+        assert record["settings"]["time_budget_seconds"] == 2.0
+        assert 2 <= blocks < 100000 and len(record["images_per_sec"]["samples"]) == blocks
+        # The budget is counted on the slowest process; each step's
+        # all-reduce keeps the processes in step, so the chief's own blocks
+        # took about as long.
+        slowest_block = record["step_time_ms"]["p99"] * 2 / 1000  # 2 steps a block
+        assert 1.5 <= record["timed_seconds"] <= 2.0 + 2 * slowest_block + 0.5
+        assert f"block {blocks}/100000" in stderr
+        assert f"block {blocks + 1}/100000" not in stderr
     # Each run's record and its own timeline (trainscale.core.faults), nothing else.
     expected = [name for o, _ in runs for name in (o.name, f"{o.name}.timeline.jsonl")]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)

@@ -1,9 +1,13 @@
-"""Every framework trains for real on the CPU with 2 replicas and leaves an honest record."""
+"""Every TensorFlow framework trains for real on the CPU with 2 replicas and
+leaves an honest record: each framework's shared run (runs.framework_run),
+whose weights test_equivalence.py holds to tf-single's."""
+
+from __future__ import annotations
 
 import socket
 
 import pytest
-from conftest import TINY, load_json, trainscale
+from runs import GLOBAL_BATCH, framework_run
 
 from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS, forward_flops_per_image
 from trainscale.study.launch_kinds import HOROVOD_LAUNCHER
@@ -25,59 +29,41 @@ def _cases():
         roles = spec.launch.roles(settings)
         processes = sum(role.count for role in roles if not role.runs)
         launchers = (
-            HOROVOD_LAUNCHER.choices
-            if reads_setting(spec.name, HOROVOD_LAUNCHER.name)
-            else ("mpi",)
+            HOROVOD_LAUNCHER.choices if reads_setting(spec.name, HOROVOD_LAUNCHER.name) else (None,)
         )
         cases += [(spec.name, replicas, launcher, processes) for launcher in launchers]
     return cases
 
 
 CASES = _cases()
+IDS = [f"{c[0]}-{c[2]}" if c[2] else c[0] for c in CASES]
+
+
+def launcher_options(launcher: str | None) -> tuple[str, ...]:
+    return ("--horovod-launcher", launcher) if launcher else ()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("framework", "replicas", "launcher", "processes"),
     CASES,
-    ids=[f"{c[0]}-{c[2]}" if c[0] == "horovod" else c[0] for c in CASES],
+    ids=IDS,
 )
 def test_framework_run_writes_an_ok_record(
-    tmp_path, cifar_dir, framework, replicas, launcher, processes
+    run_store, cifar_dir, framework, replicas, launcher, processes
 ):
-    output = tmp_path / "record.json"
-    result = trainscale(
-        "run",
-        "--framework",
-        framework,
-        "--gpus-per-node",
-        str(replicas),
-        "--model",
-        "small_cnn",
-        "--batch-size",
-        "16",
-        "--dataset",
-        "cifar100",
-        "--data-dir",
-        cifar_dir,
-        "--horovod-launcher",
-        launcher,
-        *TINY,
-        "--output",
-        str(output),
-        check=True,
-    )
-    record = load_json(output)
+    run = framework_run(run_store, cifar_dir, framework, replicas, *launcher_options(launcher))
+    record = run.record
     assert record["schema"] == 1 and record["status"] == "ok"
     assert (record["framework"], record["replicas"], record["processes"]) == (
         framework,
         replicas,
         processes,
     )
-    assert record["device"] == "cpu" and record["global_batch_size"] == 16 * replicas
-    assert record["settings"]["horovod_launcher"] == launcher
+    assert record["device"] == "cpu" and record["global_batch_size"] == GLOBAL_BATCH
+    assert record["settings"]["horovod_launcher"] == (launcher or HOROVOD_LAUNCHER.default)
     # NVML samples GPUs only: on a CPU run the fields are null, and say why.
-    assert record["gpu_utilisation"] is None
+    assert record["gpu_utilisation"] is None and record["energy_per_image_joules"] is None
     assert record["gpu_monitor_note"] == "CPU run: no GPU to sample"
     assert (record["input_channels"], record["augmentation"]) == (3, "crop-and-flip")
     roles = framework_spec(framework).launch.roles(RunSettings(**record["settings"]))
@@ -92,6 +78,8 @@ def test_framework_run_writes_an_ok_record(
     assert rate["mean"] == pytest.approx(sum(rate["samples"]) / 2)
     # The total is the per-replica rate summed over replicas, not a copy of it.
     assert rate["mean"] == pytest.approx(record["per_replica_images_per_sec"]["mean"] * replicas)
+    # Every image of the timed blocks (2 blocks of one step of the global batch).
+    assert record["timed_images"] == pytest.approx(2 * GLOBAL_BATCH, rel=0.05)
 
     provenance = record["provenance"]
     assert provenance["tensorflow"] == "2.15.1"
@@ -110,35 +98,13 @@ def test_framework_run_writes_an_ok_record(
     assert launched >= record["seconds_to_first_timed_step"] - 0.02
     # Achieved FLOP/s from the model's count; on a CPU no peak, so no MFU.
     flops = record["training_flops_per_image"]
-    assert flops == 3 * forward_flops_per_image("small_cnn", 32, 100)
+    assert flops == 3 * forward_flops_per_image("vgg16", 32, 100)
     # What a gradient all-reduce moves (trainscale.analysis.predict reads it).
-    assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("small_cnn", 32)]
+    assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("vgg16", 32)]
     assert record["achieved_tflops"] == pytest.approx(rate["mean"] * flops / 1e12)
     assert record["mfu"] is None and record["peak_basis"].startswith("unknown")
+    assert record["peak_precision"] == "fp32"
     assert record["device_name"] and record["device_name"] != "unknown CPU"
     # Per-block progress lines reach stderr while it runs.
-    assert "block 2/2" in result.stderr
-    assert "images/sec total" in result.stdout
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("framework", ["horovod", "tf-multiworker"])
-def test_a_time_budget_bounds_the_timed_blocks_on_every_process(tmp_path, framework):
-    # Two processes must stop after the same block (else one waits forever in
-    # the next block's collective); the record says how many fit.
-    output = tmp_path / "record.json"
-    result = trainscale(
-        "run", "--framework", framework, "--gpus-per-node", "2", "--model", "small_cnn",
-        "--dataset", "synthetic", *TINY, "--blocks", "100000", "--time-budget-seconds", "2",
-        "--output", str(output), check=True,
-    )  # fmt: skip
-    record = load_json(output)
-    blocks = record["blocks"]
-    assert record["settings"]["time_budget_seconds"] == 2.0
-    assert 2 <= blocks < 100000 and len(record["images_per_sec"]["samples"]) == blocks
-    # The budget is counted on the slowest process; each step's all-reduce keeps
-    # the processes in step, so the chief's own blocks took about as long.
-    slowest_block = record["step_time_ms"]["p99"] * 2 / 1000  # 2 steps a block
-    assert 1.5 <= record["timed_seconds"] <= 2.0 + 2 * slowest_block + 0.5
-    assert f"block {blocks}/100000" in result.stderr
-    assert f"block {blocks + 1}/100000" not in result.stderr
+    assert "block 2/2" in run.stderr
+    assert "images/sec total" in run.stdout

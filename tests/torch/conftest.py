@@ -5,12 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from runs import make_cifar_dir
-
-
-@pytest.fixture(scope="session")
-def cifar_dir(tmp_path_factory):
-    return make_cifar_dir(tmp_path_factory.mktemp("cifar"))
 
 
 @pytest.fixture(scope="session")
@@ -23,9 +17,3 @@ def tensorflow_python() -> str:
             "set TRAINSCALE_TF_PYTHON"
         )
     return python
-
-
-def pytest_terminal_summary(terminalreporter):
-    from runs import print_shown
-
-    print_shown(terminalreporter)

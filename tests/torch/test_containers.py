@@ -13,7 +13,7 @@ import os
 
 import pytest
 import yaml
-from runs import TINY, check_a_torch_run, load_json, trainscale
+from runs import TINY, check_a_torch_run, framework_run, load_json, trainscale
 
 from trainscale.core.isolation import IMAGE_LABEL, isolation_facts
 
@@ -50,7 +50,7 @@ def test_every_rank_runs_inside_the_container(tmp_path, framework, runtime):
         timeout=300,
     )
     record = load_json(output)
-    check_a_torch_run(record, result, replicas=2)
+    check_a_torch_run(record, result.stdout, replicas=2)
     assert record["settings"]["container"] == runtime
     container = record["container"]
     assert container["runtime"] == runtime and container["runtime_version"]
@@ -72,16 +72,10 @@ def test_every_rank_runs_inside_the_container(tmp_path, framework, runtime):
     assert inside["seccomp"] == (2 if runtime == "podman" else host["seccomp"])
 
 
-def test_a_bare_run_records_no_container_and_the_hosts_isolation(tmp_path):
-    output = tmp_path / "r.json"
-    trainscale(
-        "run",
-        *("--framework", "torch-single", "--gpus-per-node", "1", *TINY),
-        *("--model", "small_cnn", "--batch-size", "8", "--dataset", "synthetic"),
-        *("--output", str(output)),
-        check=True,
-    )
-    record = load_json(output)
+@pytest.mark.slow
+def test_a_bare_run_records_no_container_and_the_hosts_isolation(run_store, cifar_dir):
+    # torch-single's shared run (runs.framework_run), on the bare host.
+    record = framework_run(run_store, cifar_dir, "torch-single", 1).record
     assert "container" not in record and record["settings"]["container"] == "none"
     assert record["provenance"]["image"] is None
     assert [p["image"] for p in record["provenance"]["processes"]] == [None]

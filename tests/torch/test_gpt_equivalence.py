@@ -10,13 +10,10 @@ would be off by far more than float32's rounding.
 """
 
 import pytest
-from runs import assert_options_recorded, assert_trains_like_one_device, load_json, trainscale
-from test_equivalence import MODEL_PARALLEL, weights_of
+from runs import assert_options_recorded, assert_trains_like_one_device, gpt_run
+from test_equivalence import MODEL_PARALLEL
 
 from trainscale.core.gpt import parameter_count, training_flops_per_token
-
-# Its module fixture is shared: every test of it on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("gpt-equivalence")
 
 # Measured on this code (AMD EPYC, 2 cores; the printed lines): 5.96e-8 for
 # DDP, both pipeline schedules and the 2 x 2 mesh, one float32 step (2**-24)
@@ -25,36 +22,18 @@ pytestmark = pytest.mark.xdist_group("gpt-equivalence")
 # their ranks' partial products after the sum. VGG-16 has no weight near 1,
 # so its DDP difference is 7.5e-9. Four such steps are allowed.
 ATOL = 2.4e-7
-GLOBAL_BATCH = 8
-GPT = ("--model", "gpt-tiny", "--dataset", "synthetic", "--seq-len", "16", "--vocab-size", "96")
-
-
-def _train(tmp_path, framework, replicas, *options):
-    weights = tmp_path / f"{framework}.npz"
-    output = tmp_path / f"{framework}.json"
-    trainscale(
-        "run",
-        *("--framework", framework, "--gpus-per-node", str(replicas), *GPT, "--device", "cpu"),
-        *("--global-batch-size", str(GLOBAL_BATCH)),
-        *("--optimizer", "sgd", "--learning-rate", "0.5"),
-        *("--warmup-steps", "1", "--blocks", "1", "--steps-per-block", "1"),
-        *("--output", str(output), "--save-weights", str(weights)),
-        *options,
-        check=True,
-        timeout=600,
-    )
-    return weights_of(weights)
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("single"), "torch-single", 1)
+def reference(run_store):
+    return gpt_run(run_store, "torch-single", 1).weights()
 
 
 CASES = [  # every model-parallel framework, and DDP beside them
     ("torch-ddp", []),
     ("torch-pipeline", ["--pipeline-schedule", "gpipe", "--pipeline-microbatches", "2"]),
-    ("torch-pipeline", ["--pipeline-schedule", "1f1b", "--pipeline-microbatches", "4"]),
+    # Its defaults, 1F1B over 4 microbatches: the run its text example is held to.
+    ("torch-pipeline", []),
     ("torch-tp", []),
     # FSDP2 shards each transformer block; recomputing a block's activations
     # in backward changes no number.
@@ -64,15 +43,14 @@ CASES = [  # every model-parallel framework, and DDP beside them
 
 @pytest.mark.slow
 def test_tensor_parallel_groups_with_fsdp2_across_them_train_as_one_device_does(
-    tmp_path, reference
+    run_store, reference
 ):
     # 4 ranks: a 2 x 2 mesh, FSDP2 over "dp", tensor parallel over "tp".
     options = ["--tensor-parallel", "2"]
-    run = _train(tmp_path, "torch-tp", 4, *options)
-    assert_trains_like_one_device(reference, run, ATOL, "torch-tp 2 x 2")
-    record = load_json(tmp_path / "torch-tp.json")
-    assert_options_recorded(record["settings"], options)
-    _check_text_record(record, 4)
+    run = gpt_run(run_store, "torch-tp", 4, *options)
+    assert_trains_like_one_device(reference, run.weights(), ATOL, "torch-tp 2 x 2")
+    assert_options_recorded(run.record["settings"], options)
+    _check_text_record(run.record, 4)
 
 
 def _check_text_record(record: dict, replicas: int) -> None:
@@ -88,12 +66,11 @@ def _check_text_record(record: dict, replicas: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("framework", "options"), CASES, ids=[" ".join([f, *o]) for f, o in CASES])
-def test_two_ranks_train_a_gpt_as_one_device_does(tmp_path, reference, framework, options):
-    run = _train(tmp_path, framework, 2, *options)
-    assert_trains_like_one_device(reference, run, ATOL, " ".join([framework, *options]))
-    record = load_json(tmp_path / f"{framework}.json")
-    assert_options_recorded(record["settings"], options)
-    _check_text_record(record, 2)
+def test_two_ranks_train_a_gpt_as_one_device_does(run_store, reference, framework, options):
+    run = gpt_run(run_store, framework, 2, *options)
+    assert_trains_like_one_device(reference, run.weights(), ATOL, " ".join([framework, *options]))
+    assert_options_recorded(run.record["settings"], options)
+    _check_text_record(run.record, 2)
 
 
 def test_every_model_parallel_framework_has_a_case():

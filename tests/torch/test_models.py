@@ -21,9 +21,6 @@ from trainscale.harness.torch_models import build_torch_model
 from trainscale.study.models import IMAGE_MODELS, MODELS, TORCH_MODELS
 from trainscale.study.settings import RunSettings, SettingsError, validate
 
-# Its module fixture is expensive: every test of it on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("keras-counts")
-
 SIZES = (32, 224)
 TORCH_IMAGE_MODELS = [name for name in TORCH_MODELS if name in IMAGE_MODELS]
 
@@ -48,15 +45,20 @@ print(json.dumps(counts))
 
 
 @pytest.fixture(scope="module")
-def keras_counts(tensorflow_python):
-    result = subprocess.run(
-        [tensorflow_python, "-c", _KERAS_COUNTS, ",".join(TORCH_IMAGE_MODELS)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return json.loads(result.stdout)
+def keras_counts(tensorflow_python, run_store):
+    """Keras's counts of every torch image model, once for the pytest run."""
+
+    def count(folder):
+        result = subprocess.run(
+            [tensorflow_python, "-c", _KERAS_COUNTS, ",".join(TORCH_IMAGE_MODELS)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+        return json.loads(result.stdout)
+
+    return run_store.once("keras-counts", count)
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -7,20 +7,10 @@ from the registry: equivalence (test_equivalence.py), a killed worker
 import getpass
 import glob
 import os
-import uuid
 from pathlib import Path
 
 import pytest
-from runs import TINY, check_a_torch_run, load_json, trainscale
-
-# Every Ray start here is one Ray instance start (~10 s) and one worker group's.
-pytestmark = pytest.mark.xdist_group("ray")
-
-# test_frameworks.py's shape for every torch framework (its checks run here).
-TWO_WORKERS = [
-    "--framework", "ray-train", "--gpus-per-node", "2", "--model", "small_cnn",
-    "--batch-size", "16", *TINY,
-]  # fmt: skip
+from runs import check_a_torch_run, framework_run
 
 
 def _marked(mark: str) -> list[int]:
@@ -48,21 +38,17 @@ def _links_into(folder: Path) -> list[str]:
     return found
 
 
-def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path, cifar_dir):
-    home, temp, runs = tmp_path / "home", tmp_path / "tmp", tmp_path / "runs"
-    for folder in (home, temp, runs):
-        folder.mkdir()
-    mark = f"TRAINSCALE_TEST_MARK_{uuid.uuid4().hex}"
-    output = runs / "ray.json"
-    env = {"HOME": str(home), "TMPDIR": str(temp), mark: "1"}
-    command = [*TWO_WORKERS, "--data-dir", cifar_dir, "--output", str(output)]
-    result = trainscale("run", *command, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = load_json(output)
+@pytest.mark.slow
+def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(run_store, cifar_dir):
+    # ray-train's shared run (runs.framework_run), which test_equivalence.py
+    # holds to torch-single's weights: in a HOME and TMPDIR of its own, its
+    # processes marked in their environment.
+    run = framework_run(run_store, cifar_dir, "ray-train", 2)
+    record = run.record
     assert record["framework"] == "ray-train"
     # Two Ray Train workers, each a torch.distributed rank of DDP (processes
     # and replicas 2, a provenance entry each: check_a_torch_run).
-    check_a_torch_run(record, result, replicas=2)
+    check_a_torch_run(record, run.stdout, replicas=2)
     per_process = record["process_images_per_sec"]
     assert len(per_process) == 2 and all(rate > 0 for rates in per_process for rate in rates)
     sums = [a + b for a, b in zip(*per_process, strict=True)]
@@ -81,13 +67,14 @@ def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(tmp_path, 
     print(f"ray-train, one step's collectives: {collectives}")
     assert collectives["gloo:all_reduce"]["elements"] == record["trainable_parameters"]
     assert not any(name.split(":")[1] in ("send", "recv") for name in collectives)
-    # Nothing left: the temp and home folders as they were, only the record
-    # beside itself, and no process of the run alive.
+    # Nothing left: the temp and home folders as they were, only the record,
+    # its timeline and the weights beside what the store keeps, and no
+    # process of the run alive.
     # torch's own compile cache (torchinductor_<user>) is made by torch-ddp's
     # runs as well: it is torch's, not Ray's.
-    left = set(os.listdir(temp)) - {f"torchinductor_{getpass.getuser()}"}
-    assert left == set() and sorted(os.listdir(home)) == []
-    assert _links_into(tmp_path) == []  # Ray's short link, removed
-    # The record and its timeline (trainscale.core.faults), nothing else.
-    assert sorted(os.listdir(runs)) == ["ray.json", "ray.json.timeline.jsonl"]
-    assert _marked(mark) == []
+    left = set(os.listdir(run.temp)) - {f"torchinductor_{getpass.getuser()}"}
+    assert left == set() and sorted(os.listdir(run.home)) == []
+    assert _links_into(run.folder) == []  # Ray's short link, removed
+    written = set(os.listdir(run.folder)) - {"home", "tmp", "result.json"}
+    assert written == {"record.json", "record.json.timeline.jsonl", "weights.npz"}
+    assert _marked(run.mark) == []
