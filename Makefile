@@ -34,7 +34,7 @@ help:
 	@echo "make demo-harness  every framework once through \`trainscale run\`, no Snakemake"
 	@echo "make demo-accuracy  time to 90% test accuracy on real digits, 1 and 2 CPU replicas"
 	@echo "make test       the test suite (installs everything first)"
-	@echo "make test-fast  the tests that train no model end to end"
+	@echo "make test-fast  the tests that train no model (the inner loop: about 2 minutes)"
 	@echo "make test-slurm only the tests on the SLURM lab cluster (started and stopped by them)"
 	@echo "make test-compat the harness on Python 3.8 + TensorFlow 2.11 (.venv-compat)"
 	@echo "make slurm-lab-up NODES=n / make slurm-lab-down   a SLURM cluster on this machine (root)"
@@ -121,11 +121,11 @@ bench: train-env torch-env analysis-env
 # examples of that environment's ecosystem. The SLURM tests start the lab
 # cluster themselves (and stop it after).
 #
-# Each suite runs on two pytest-xdist workers (one on a 1-core machine): most
-# of a test is waiting on processes starting, SLURM polling and collectives,
-# so one worker alone used 67 % of one CPU of two. A module whose fixture is
-# expensive, and the SLURM lab's two modules, each stay on one worker
-# (xdist_group marks).
+# Each suite runs on two pytest-xdist workers (one on a 1-core machine). A
+# real run several tests read is made once for the whole pytest run, by
+# whichever worker asks first (tests/run_store.py); the SLURM lab's tests
+# share one worker, their studies running side by side on the lab
+# (xdist_group slurm-lab, tests/workflow/lab_studies.py).
 PYTEST_PARALLEL ?= -n auto --maxprocesses 2 --dist loadgroup
 # The tests marked `alone` compare timings across runs: they run last, with
 # no other test beside them (pyproject.toml's markers).
@@ -145,10 +145,12 @@ test-compat: system
 		bash tools/install-train-env.sh $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider tests/compat
 
+# The inner loop: every test not marked `slow`, none of which trains a model
+# (tests/conftest.py refuses a training run to such a test).
 test-fast: train-env torch-env analysis-env
-	$(TRAIN_VENV)/bin/python -m pytest -m "not slow" tests/harness tests/examples
-	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest -m "not slow" tests/torch tests/examples
-	$(VENV)/bin/python -m pytest -m "not slow" tests/workflow
+	$(TRAIN_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "not slow" tests/harness tests/examples
+	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "not slow" tests/torch tests/examples
+	$(VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "not slow" tests/workflow
 
 lint: train-env analysis-env
 	$(TRAIN_VENV)/bin/ruff check src tests tools bench examples workflow/scripts

@@ -2,12 +2,16 @@
 # A real SLURM cluster on one Debian machine, for tests and for trying the
 # SLURM profile by hand. Needs root.
 #
-#   tests/slurm-lab/lab.sh up [NODES]     start it (default 2 compute nodes)
+#   tests/slurm-lab/lab.sh up [NODES [FAULT_NODES]]
+#                                         start it: NODES compute nodes (default 2) in
+#                                         partition lab, FAULT_NODES more (default 0) in
+#                                         partition faults, for losing nodes beside the
+#                                         jobs of partition lab
 #   tests/slurm-lab/lab.sh down           stop everything it started, remove its network
 #   tests/slurm-lab/lab.sh status
 #   tests/slurm-lab/lab.sh kill-node I    every process of node I dies (a crash); I or nodeI
 #   tests/slurm-lab/lab.sh revive-node I  start node I's slurmd again
-#   tests/slurm-lab/lab.sh reboot-node I S  node I crashes, and is back S seconds later
+#   tests/slurm-lab/lab.sh reboot-node I    node I crashes, and is back once SLURM has it down
 #
 # What it builds:
 # - munged, MariaDB, slurmdbd (accounting: `sacct` works, as on real clusters),
@@ -84,8 +88,8 @@ show_logs() { # what SLURM and the daemons said, for a bring-up that failed (CI 
 
 node_count() { cat "$LAB_DIR/nodes" 2>/dev/null || echo 0; }
 
-write_configs() {
-  local nodes=$1 controller proctrack=proctrack/linuxproc task_plugin=task/none
+write_configs() { # write_configs NODES FAULT_NODES
+  local nodes=$(($1 + $2)) lab_nodes=$1 controller proctrack=proctrack/linuxproc task_plugin=task/none
   controller=$(hostname -s)
   mkdir -p /etc/slurm
   if [ "$CGROUPS" = auto ]; then
@@ -138,8 +142,10 @@ DefMemPerCPU=500
 MinJobAge=300
 ReturnToService=2
 SlurmdParameters=config_overrides
-# A dead node is declared DOWN after this long (default 300 s).
-SlurmdTimeout=30
+# A dead node is declared DOWN after this long (default 300 s). slurmctld
+# pings every node each third of it; a live slurmd answers in milliseconds,
+# on a busy machine too.
+SlurmdTimeout=15
 MpiDefault=none
 GresTypes=gpu
 AccountingStorageType=accounting_storage/slurmdbd
@@ -150,8 +156,12 @@ SchedulerType=sched/backfill
 KillWait=5
 InactiveLimit=0
 NodeName=node[1-$nodes] CPUs=$CPUS_PER_NODE RealMemory=$MEMORY_PER_NODE_MB Gres=gpu:$GPUS_PER_NODE State=UNKNOWN
-PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=lab Nodes=node[1-$lab_nodes] Default=YES MaxTime=INFINITE State=UP
 EOF
+  if [ "$nodes" -gt "$lab_nodes" ]; then
+    # Whole nodes per job: a node lost under one job takes no other's task.
+    echo "PartitionName=faults Nodes=node[$((lab_nodes + 1))-$nodes] OverSubscribe=EXCLUSIVE MaxTime=INFINITE State=UP" >>"$CONF"
+  fi
   local last=$((GPUS_PER_NODE - 1))
   cat >/etc/slurm/gres.conf <<EOF
 # Written by the trainscale slurm lab: fake GPUs (/dev/null-like devices).
@@ -267,7 +277,8 @@ start_slurmd() {
 }
 
 up() {
-  local nodes=${1:-2}
+  local lab_nodes=${1:-2} fault_nodes=${2:-0}
+  local nodes=$((lab_nodes + fault_nodes))
   [ "$(id -u)" -eq 0 ] || die "needs root"
   command -v slurmctld >/dev/null || die "SLURM is not installed: run tools/install-slurm.sh"
   if [ "$(node_count)" != 0 ] && scontrol ping >/dev/null 2>&1; then
@@ -275,7 +286,7 @@ up() {
   fi
   mkdir -p "$LAB_DIR"
   echo "$nodes" >"$LAB_DIR/nodes"
-  write_configs "$nodes"
+  write_configs "$lab_nodes" "$fault_nodes"
   start_munge
   start_mariadb
   start_network "$nodes"
@@ -291,19 +302,25 @@ up() {
   for i in $(seq 1 "$nodes"); do start_slurmd "$i"; done
   wait_for 60 "the compute nodes" sh -c \
     "[ \"\$(sinfo -h -o '%t' -N | grep -c -E '^idle')\" -ge $nodes ]"
-  log "up: $nodes nodes ($(sinfo -h -N -o '%N' | tr '\n' ' ')), partition lab, $GPUS_PER_NODE fake GPUs each, cgroups: $(cat "$LAB_DIR/cgroups")"
+  log "up: $nodes nodes ($(sinfo -h -o '%P %N' | tr '\n' ' ')), $GPUS_PER_NODE fake GPUs each, cgroups: $(cat "$LAB_DIR/cgroups")"
 }
 
-stop_pidfile() { # stop_pidfile FILE NAME
-  local file=$1
-  [ -f "$file" ] || return 0
-  local pid
-  pid=$(cat "$file")
-  if kill "$pid" 2>/dev/null; then
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$file"
+stop_pidfile() { # stop_pidfile FILE...: SIGTERM to every one at once, SIGKILL to any left after 5 s
+  local file pids=()
+  for file in "$@"; do
+    [ -f "$file" ] && pids+=("$(cat "$file")")
+    rm -f "$file"
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill "${pids[@]}" 2>/dev/null || true
+  local pid alive
+  for _ in $(seq 50); do
+    alive=()
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+    [ ${#alive[@]} -gt 0 ] || return 0
+    sleep 0.1
+  done
+  kill -9 "${alive[@]}" 2>/dev/null || true
 }
 
 down() {
@@ -311,7 +328,7 @@ down() {
   local nodes
   nodes=$(node_count)
   scancel --user=root >/dev/null 2>&1 || true
-  for i in $(seq 1 "$nodes"); do stop_pidfile "$LAB_DIR/slurmd-node$i.pid"; done
+  stop_pidfile $(seq -f "$LAB_DIR/slurmd-node%g.pid" 1 "$nodes")
   stop_pidfile "$LAB_DIR/slurmctld.pid"
   stop_pidfile "$LAB_DIR/slurmdbd.pid"
   if [ -f "$LAB_DIR/mariadb.pid" ]; then
@@ -357,8 +374,8 @@ kill_node() { # kill_node I: every process of node I dies at once, as in a crash
   if [ -n "$pids" ]; then kill -9 $pids 2>/dev/null || true; fi
   rm -f "$LAB_DIR/slurmd-node$1.pid"
   # A rebooted node starts with no cgroups; stale ones would clash with the
-  # next job given the same ID.
-  sleep 1
+  # next job given the same ID. They empty as the kernel reaps the processes.
+  wait_until 30 cgroups_empty "node$1" || true
   remove_cgroups "node$1"
   log "node$1: killed $(echo $pids | wc -w) processes"
 }
@@ -370,9 +387,14 @@ revive_node() { # revive_node I: a fresh slurmd on node I, back in service
   log "node$1: back"
 }
 
-reboot_node() { # reboot_node I SECONDS: node I crashes, and is back SECONDS later
+cgroups_empty() { # cgroups_empty NAME: no process left in slurmd's cgroup trees of NAME
+  [ -z "$(find /sys/fs/cgroup/*/slurm_$1 -name cgroup.procs -exec cat {} + 2>/dev/null)" ]
+}
+
+reboot_node() { # reboot_node I: node I crashes, and is back once SLURM has declared it down
   kill_node "$1"
-  sleep "$2"
+  # SlurmdTimeout (15 s above) after its last answer, as after a real crash.
+  wait_for 300 "node$1 declared down" sh -c "sinfo -h -n node$1 -o '%t' | grep -q '^down'"
   revive_node "$1"
 }
 
@@ -381,11 +403,11 @@ status() {
 }
 
 case "${1:-}" in
-  up) up "${2:-2}" ;;
+  up) up "${2:-2}" "${3:-0}" ;;
   down) down ;;
   status) status ;;
   kill-node) kill_node "${2#node}" ;;   # I, or its name nodeI
   revive-node) revive_node "${2#node}" ;;
-  reboot-node) reboot_node "${2#node}" "${3:?seconds down}" ;;
-  *) echo "usage: $0 up [NODES] | down | status | kill-node I | revive-node I | reboot-node I S" >&2; exit 2 ;;
+  reboot-node) reboot_node "${2#node}" ;;
+  *) echo "usage: $0 up [NODES [FAULT_NODES]] | down | status | kill-node I | revive-node I | reboot-node I" >&2; exit 2 ;;
 esac

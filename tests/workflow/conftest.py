@@ -63,13 +63,18 @@ def local_study(repo: str, study: dict) -> list[str]:
     return ["--profile", "profiles/local", "--configfile", name]
 
 
-def run_study_in_a_copy(folder: str, study: dict, timeout: float = 1200) -> str:
-    """`study` run through the local profile in a fresh copy of the workflow
-    under `folder`, which must succeed; its results folder."""
-    repo = copy_repository(os.path.join(folder, "repo"))
-    result = snakemake(repo, *local_study(repo, study), timeout=timeout)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return os.path.join(repo, "results", study["study"])
+def run_study_in_a_copy(run_store, study: dict, timeout: float = 1200) -> str:
+    """`study` run through the local profile in a fresh copy of the workflow,
+    once for the pytest run (its tests on either pytest-xdist worker read
+    it), which must succeed; its results folder."""
+
+    def run(folder: str) -> dict:
+        repo = copy_repository(os.path.join(folder, "repo"))
+        result = snakemake(repo, *local_study(repo, study), timeout=timeout)
+        assert result.returncode == 0, result.stderr[-4000:]
+        return {"results": os.path.join(repo, "results", study["study"])}
+
+    return run_store.once(f"study-{study['study']}", run)["results"]
 
 
 def start_snakemake(workdir: str, *args: str, **popen) -> subprocess.Popen:
@@ -104,12 +109,68 @@ def train_jobs(dry_run_output: str) -> int:
     return dry_run_output.count("rule train:")
 
 
+LAB = os.path.join(REPO, "tests", "slurm-lab", "lab.sh")
+# The SLURM lab's nodes (lab.sh up LAB_NODES FAULT_NODES): partition lab's,
+# and partition faults', where nodes are lost beside the others' jobs: a
+# 2-node job, its retry on 2 others, and an elastic job's 2 (lab_studies.py).
+LAB_NODES, FAULT_NODES = 4, 6
+
+
+def lab_nodes() -> int:
+    """How many nodes the SLURM lab on this machine has up (0: none)."""
+    if subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0:
+        return 0
+    answer = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True)
+    return len(set(answer.stdout.split())) if answer.returncode == 0 else 0
+
+
+@pytest.fixture(scope="session")
+def slurm_lab():
+    """The SLURM lab (tests/slurm-lab/lab.sh) with LAB_NODES + FAULT_NODES
+    nodes, for every lab test of the pytest run (they share one xdist worker:
+    xdist_group slurm-lab), brought up once and down at the end if it was
+    started here."""
+    if shutil.which("slurmctld") is None or os.geteuid() != 0:
+        pytest.skip("needs root and SLURM (tools/install-slurm.sh); CI has both")
+    up = lab_nodes()
+    if up not in (0, LAB_NODES + FAULT_NODES):
+        subprocess.run([LAB, "down"], check=True, timeout=120)
+    started_here = up != LAB_NODES + FAULT_NODES
+    if started_here:
+        subprocess.run([LAB, "up", str(LAB_NODES), str(FAULT_NODES)], check=True, timeout=300)
+    yield LAB
+    if started_here:
+        subprocess.run([LAB, "down"], check=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def lab_campaign(slurm_lab, tmp_path_factory):
+    """Every study of the lab's tests, started at once on the lab
+    (lab_studies.start_campaign); each test waits for its own."""
+    from lab_studies import start_campaign
+
+    campaign = start_campaign(tmp_path_factory.mktemp)
+    yield campaign
+    campaign.stop()
+
+
+def rebuilt_cache(run_store, study: str) -> dict:
+    """A fresh copy of the workflow that rebuilt cached study `study`'s tables,
+    figures and analyses from its records (trainscale trains nothing there),
+    once for the whole pytest run: {"repo", "output" (Snakemake's), "seconds"}."""
+    import time
+
+    def rebuild(folder: str) -> dict:
+        repo = copy_repository(os.path.join(folder, "repo"))
+        start = time.monotonic()
+        run = snakemake(repo, "--cores", "1", "--configfile", f"results/{study}/config.yaml")
+        seconds = time.monotonic() - start
+        assert run.returncode == 0, run.stderr[-3000:]
+        return {"repo": repo, "output": run.stdout + run.stderr, "seconds": seconds}
+
+    return run_store.once(f"rebuilt-{study}", rebuild)
+
+
 @pytest.fixture()
 def repo_copy(tmp_path):
     return copy_repository(str(tmp_path / "repo"))
-
-
-def pytest_terminal_summary(terminalreporter):
-    from runs import print_shown
-
-    print_shown(terminalreporter)

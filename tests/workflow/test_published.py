@@ -1,16 +1,14 @@
 """The published study rebuilds from its cache alone, on a fresh copy, in seconds."""
 
 import os
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import snakemake, train_jobs
+from conftest import train_jobs
 from runs import show_in_the_log
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("published")
 
 # Seed 000 as printed. Table II: rows = GPUs per node, columns = 1..4 nodes.
 TABLE_II = {
@@ -32,23 +30,19 @@ TABLE_I_HOROVOD_AS_PRINTED = [
 
 
 @pytest.fixture(scope="module")
-def rebuilt(tmp_path_factory):
-    from conftest import copy_repository
+def rebuilt(run_store):
+    """The published cache rebuilt in a fresh copy, once for the pytest run
+    (conftest.rebuilt_cache): the repository, what Snakemake ran, its seconds."""
+    from conftest import rebuilt_cache
 
-    repo = copy_repository(str(tmp_path_factory.mktemp("fresh") / "repo"))
-    dry = snakemake(repo, "-n", "--cores", "1", "--configfile", "results/published/config.yaml")
-    assert dry.returncode == 0, dry.stderr
-    start = time.monotonic()
-    run = snakemake(repo, "--cores", "1", "--configfile", "results/published/config.yaml")
-    seconds = time.monotonic() - start
-    assert run.returncode == 0, run.stderr[-3000:]
-    return repo, dry.stdout + dry.stderr, seconds
+    rebuild = rebuilt_cache(run_store, "published")
+    return rebuild["repo"], rebuild["output"], rebuild["seconds"]
 
 
 def test_no_training_in_the_dag(rebuilt):
-    repo, dry_run, seconds = rebuilt
-    assert train_jobs(dry_run) == 0
-    assert "collect" in dry_run and "tables" in dry_run and "figures" in dry_run
+    repo, ran, seconds = rebuilt
+    assert train_jobs(ran) == 0
+    assert "collect" in ran and "tables" in ran and "figures" in ran
     # How fast is printed, not asserted: CPUs here differ up to 7x, and the
     # analysis's speed goal lives in `make bench` (workflow at scale).
     print(f"published study rebuilt in {seconds:.1f} s")

@@ -7,12 +7,11 @@ import os
 
 import pandas as pd
 import pytest
-from conftest import REPO, load_yaml, snakemake, train_jobs
+from conftest import REPO, load_yaml, train_jobs
 
 from trainscale.study.study import check_config, parse_knobs
 
 # Its module fixture is expensive: every test of it on one pytest-xdist worker.
-pytestmark = pytest.mark.xdist_group("seed004")
 
 CONFIG = "results/seed004/config.yaml"
 # The seed's tables as printed, typed here apart from tools/make-seed004-records.py
@@ -48,15 +47,13 @@ def seed_cells():
 
 
 @pytest.fixture(scope="module")
-def rebuilt(tmp_path_factory):
-    from conftest import copy_repository
+def rebuilt(run_store):
+    """The seed's cache rebuilt in a fresh copy, once for the pytest run
+    (conftest.rebuilt_cache): the repository and what Snakemake ran."""
+    from conftest import rebuilt_cache
 
-    repo = copy_repository(str(tmp_path_factory.mktemp("fresh") / "repo"))
-    dry = snakemake(repo, "-n", "--cores", "1", "--configfile", CONFIG)
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    run = snakemake(repo, "--cores", "1", "--configfile", CONFIG)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return repo, dry.stdout + dry.stderr
+    rebuild = rebuilt_cache(run_store, "seed004")
+    return rebuild["repo"], rebuild["output"]
 
 
 def test_no_training_in_the_dag_and_every_table_built(rebuilt):

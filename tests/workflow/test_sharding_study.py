@@ -12,8 +12,6 @@ from conftest import run_study_in_a_copy
 
 from trainscale.core.gpt import parameter_count
 
-pytestmark = pytest.mark.xdist_group("sharding-study")
-
 SCHEMES = {"PyTorch DDP", "PyTorch FSDP2", "DeepSpeed (zero_stage=3)", "PyTorch tensor parallel"}
 STUDY = {
     "study": "sharding-cpu",
@@ -41,12 +39,14 @@ STUDY = {
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    return run_study_in_a_copy(str(tmp_path_factory.mktemp("sharding")), STUDY)
+def study(run_store):
+    return run_study_in_a_copy(run_store, STUDY)
 
 
 @pytest.mark.slow
 def test_the_memory_study_measures_every_scheme_at_every_size(study):
+    """Over a minute with its study (the fixture): 8 runs of 2 ranks, each
+    scheme's own start (DeepSpeed's and the tensor-parallel mesh's are slow)."""
     memory = pd.read_csv(os.path.join(study, "tables", "sharding_memory.csv"))
     print(memory[["framework", "model", "parameters", "peak_mib", "vs_ddp"]].to_string())
     assert set(memory["framework"]) == SCHEMES

@@ -351,11 +351,11 @@ REFACTORED = sorted(
 
 
 def example_files():
-    return [
-        example.path(os.path.join(workflow.basedir, "examples"))
-        for f in REFACTORED
-        for example in examples_of(f)
-    ]
+    # Relative to the working directory: a checkout moved with its results
+    # (or copied) keeps its refactoring table, which Snakemake would rerun
+    # for inputs it knows by another absolute path.
+    examples = os.path.relpath(os.path.join(workflow.basedir, "examples"))
+    return [example.path(examples) for f in REFACTORED for example in examples_of(f)]
 
 
 def refactoring_files():
