@@ -396,18 +396,21 @@ def kill_a_rank(run_args, output: Path, first_block: str, victim_of=None) -> Kil
 
 
 def assert_it_ended_quickly_without_a_record(killed: KilledRun) -> None:
-    """A killed rank ends the run within 30 s, failed, with no record: no
-    rank is left waiting in a collective."""
+    """A killed rank ends the run within a minute, failed, with no record: no
+    rank is left waiting in a collective (300 s before its timeout). The
+    launcher's stop takes up to 15 s (SIGTERM's grace, then SIGKILL's
+    wait); a loaded machine gets four times that."""
     assert killed.returncode != 0
-    assert killed.seconds_after_kill < 30, killed.printed[-3000:]
+    assert killed.seconds_after_kill < 60, killed.printed[-3000:]
     assert not killed.record_written
     assert "exited with" in killed.printed
 
 
 def watchdog_limit(seconds_to_first_block: float) -> int:
     """A watchdog limit that falls inside training whatever this CPU's speed:
-    twice this machine's start-up to the first block, plus 10 s, at least 20 s."""
-    return round(max(20, 2 * seconds_to_first_block + 10))
+    three times this machine's start-up to the first block, measured in this
+    pytest run (another run beside it may slow this one's), plus 10 s."""
+    return round(max(20, 3 * seconds_to_first_block + 10))
 
 
 def assert_horovod_elastic_went_on_alone(record: dict) -> None:

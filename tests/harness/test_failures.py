@@ -198,12 +198,14 @@ def test_a_stalled_rank_ends_the_run_within_its_bound(
     assert record["status"] == status and record["images_per_sec"] is None
     assert any(s in printed or s in record["error"] for s in sign), printed[-6000:]
     if status == "timeout":
-        # The watchdog's limit from launch, plus its grace to stop the ranks.
-        assert limit <= record["elapsed_seconds"] <= limit + 15
-        assert wall < limit + 25
+        # The watchdog's limit from launch, plus its stop (up to 15 s: SIGTERM's
+        # grace, SIGKILL's wait) twice over, for a loaded machine.
+        assert limit <= record["elapsed_seconds"] <= limit + 30
+        assert wall < limit + 45
     else:
-        # The timeout, then up to 10 s to stop a process that ignores SIGTERM.
-        assert ended_after < 60
+        # The 10 s timeout, then up to 15 s to stop a process that ignores
+        # SIGTERM, with room for a loaded machine; a hung run waits 300 s.
+        assert ended_after < 120
 
 
 # A chief, a parameter server, two workers: each role is a process of its own.
@@ -279,7 +281,8 @@ def test_ctrl_c_ends_every_rank_before_the_launcher_returns(tmp_path, launch_opt
     print(f"{' '.join(launch_options)}: returned {returned_after:.1f} s after Ctrl-C")
     assert run.returncode != 0
     assert left == [], f"trainings still running after the launcher returned: {left}"
-    assert returned_after < 20  # 10 s for SIGTERM, then SIGKILL and its 5 s
+    # 10 s for SIGTERM, then SIGKILL and its 5 s, with room for a loaded machine.
+    assert returned_after < 45
     assert not output.exists()
 
 

@@ -102,7 +102,9 @@ def test_the_watchdog_ends_an_accuracy_run_with_a_timeout_record(tmp_path, run_s
     record = load_json(output)
     assert record["status"] == "timeout" and record["images_per_sec"] is None
     assert record["settings"]["mode"] == "accuracy"
-    assert limit <= record["elapsed_seconds"] <= limit + 15  # the limit, and the grace to stop
+    # The limit, and the stop (up to 15 s: SIGTERM's grace, SIGKILL's wait)
+    # twice over, for a loaded machine.
+    assert limit <= record["elapsed_seconds"] <= limit + 30
     assert first in result.stderr  # it was training when it was stopped
 
 

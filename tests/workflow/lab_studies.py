@@ -212,10 +212,11 @@ def kill_a_node_under_each_attempt(study: LabStudy, outcome: dict) -> None:
 
 def _kill_a_node_of_the_job(study: LabStudy, spared: set[int], log: Path) -> tuple[set[int], int]:
     deadline = time.monotonic() + 600
-    while len(nodes_training(study.repo) - spared) < 2 or not in_timed_blocks(log):
+    # The log first: reading it costs nothing, asking every node's
+    # namespace for its processes does.
+    while not (in_timed_blocks(log) and len(nodes := nodes_training(study.repo) - spared) >= 2):
         assert time.monotonic() < deadline and study.process.poll() is None, "never trained"
         time.sleep(0.2)
-    nodes = nodes_training(study.repo) - spared
     dead = max(nodes)
     subprocess.run([LAB, "kill-node", str(dead)], check=True)
     return nodes, dead
