@@ -11,14 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from runs import (
+from run_processes import (
     ENDLESS,
     FIRST_BLOCK,
-    TRAINSCALE,
     KilledRun,
     assert_it_ended_quickly_without_a_record,
     kill_a_rank,
-    load_json,
     memory_cgroup,
     process_in_task_order,
     processes_writing,
@@ -26,6 +24,7 @@ from runs import (
     start_run,
     watchdog_limit,
 )
+from runs import TRAINSCALE, load_json
 
 from trainscale.core.supervision import OOM_SIGNS, ProcessTree, stop_all
 

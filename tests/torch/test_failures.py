@@ -11,20 +11,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from runs import (
+from run_processes import (
     ENDLESS,
     FIRST_BLOCK,
-    TRAINSCALE,
     KilledRun,
     assert_it_ended_quickly_without_a_record,
     kill_a_rank,
-    load_json,
-    make_mnist_dir,
     memory_cgroup,
-    one_per_launch_kind,
-    trainscale,
     watchdog_limit,
 )
+from runs import TRAINSCALE, load_json, make_mnist_dir, one_per_launch_kind, trainscale
 
 from trainscale.core.supervision import OOM_SIGNS
 from trainscale.study.launch_kinds import RAY

@@ -80,8 +80,8 @@ def run_study_in_a_copy(run_store, study: dict, timeout: float = 1200) -> str:
 def start_snakemake(workdir: str, *args: str, **popen) -> subprocess.Popen:
     """Snakemake running in the background (to be interrupted, or a node killed under it);
     its output as text on stdout unless `popen` says otherwise. Ctrl-C (SIGINT)
-    reaches it as from a terminal (runs.sigint_as_in_a_terminal says why)."""
-    from runs import sigint_as_in_a_terminal
+    reaches it as from a terminal (run_processes.sigint_as_in_a_terminal says why)."""
+    from run_processes import sigint_as_in_a_terminal
 
     popen = {
         "stdout": subprocess.PIPE,
