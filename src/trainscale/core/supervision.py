@@ -109,7 +109,8 @@ def stop_all(processes: list[subprocess.Popen], tree: ProcessTree, grace: float 
 # "RESOURCE_EXHAUSTED"; Eigen ones abort with std::bad_alloc), so the launcher
 # reads the output rather than trusting the exit code. torch raises
 # torch.OutOfMemoryError ("CUDA out of memory") on GPUs and a RuntimeError
-# from its CPU allocator on the host.
+# from its CPU allocator on the host, in these words (its backend reads them too).
+CPU_ALLOCATOR_OOM = "DefaultCPUAllocator: can't allocate memory"
 OOM_SIGNS = (
     "trainscale train: out of memory:",  # OWN_OOM_SIGN
     "RESOURCE_EXHAUSTED",
@@ -118,7 +119,7 @@ OOM_SIGNS = (
     "MemoryError",
     "CUDA_ERROR_OUT_OF_MEMORY",
     "CUDA out of memory",
-    "DefaultCPUAllocator: can't allocate memory",
+    CPU_ALLOCATOR_OOM,
     # SLURM's cgroup plugin, for tasks of an srun step (on any node):
     # "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=12.0 ..."
     "oom-kill event",

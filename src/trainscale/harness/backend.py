@@ -15,7 +15,8 @@ TensorFlow or torch sits behind a Backend, built once per process:
   torch.distributed's all_gather): the record's total rate is the SUM of
   every process's rate.
 - out_of_memory_errors: the exceptions that mean the device ran out of
-  memory, which `trainscale train` turns into an `oom` record.
+  memory, which `trainscale train` turns into an `oom` record;
+  ran_out_of_memory() asks of one error, where the type alone cannot tell.
 
 trainscale.study.registry says where each framework's Backend is (`backend`);
 trainscale.harness.training imports that module only, so a torch run never imports
@@ -90,6 +91,10 @@ class Backend:
         self.settings = settings
         self.options = options
         self.topology = Topology()
+
+    def ran_out_of_memory(self, err: BaseException) -> bool:
+        """Whether `err` means the device (or the host) ran out of memory."""
+        return isinstance(err, self.out_of_memory_errors)
 
     def prepare(self) -> None:
         raise NotImplementedError

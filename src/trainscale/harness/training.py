@@ -140,10 +140,10 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         description = {**process_description(backend), "gpu_monitor": gpu}
         # Every process: a framework that shards the weights gathers them.
         final_weights = backend.trainable_weights() if options.save_weights else None
-    except backend.out_of_memory_errors as err:
-        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise OutOfMemory(first_line) from err
     except Exception as err:
+        if backend.ran_out_of_memory(err):
+            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise OutOfMemory(first_line) from err
         if events:
             events.failed(err)
         raise

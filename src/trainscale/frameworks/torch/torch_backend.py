@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from trainscale.core.accuracy import evaluation_batches
 from trainscale.core.cpus import cpu_share
 from trainscale.core.datasets import DATASETS
+from trainscale.core.supervision import CPU_ALLOCATOR_OOM
 from trainscale.harness.backend import Backend, DeviceError, batches_trained, horovod_versions
 from trainscale.harness.data import numpy_batches, synthetic_example_batch
 from trainscale.harness.flops import TRAINING_OVER_FORWARD, text_training_flops_per_example
@@ -87,6 +88,15 @@ class TorchBackend(Backend):
     # The dtype the batches are cast to, where the framework's model holds
     # bf16/fp16 parameters itself (DeepSpeed); None: as prepared.
     input_dtype = None
+
+    def ran_out_of_memory(self, err: BaseException) -> bool:
+        # torch's CPU allocator raises a plain RuntimeError. Left a crash, an
+        # elastic agent restarted the ranks into the same failure, up to its
+        # restarts (4 attempts, over a minute here), before the launcher read
+        # the line; said as OOM, the launcher ends the run at the first.
+        return super().ran_out_of_memory(err) or (
+            isinstance(err, RuntimeError) and CPU_ALLOCATOR_OOM in str(err)
+        )
 
     # ---- the shared step ----------------------------------------------------
 
