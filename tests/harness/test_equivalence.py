@@ -54,7 +54,7 @@ def test_two_replicas_match_one_device_on_the_full_batch(
 # the all-reduce algorithm), and one that must: fp16 compression rounds every
 # gradient to half precision on the wire, so the update is close but not equal.
 KNOBS = [
-    ("horovod", ["--horovod-fusion-threshold-mb", "0"], False),
+    ("horovod", list(launcher_options("gloo")), False),  # horovod-gloo's shared run
     ("tf-multiworker", ["--collective-implementation", "ring", "--all-reduce-pack-mb", "1"], False),
     ("horovod", ["--horovod-compression", "fp16"], True),
 ]

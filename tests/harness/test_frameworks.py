@@ -39,8 +39,18 @@ CASES = _cases()
 IDS = [f"{c[0]}-{c[2]}" if c[2] else c[0] for c in CASES]
 
 
+# The run under horovodrun's Gloo also turns tensor fusion off: fusion is a
+# knob of Horovod's background loop, which both launchers share, so that one
+# run proves both that Gloo's launch trains as mpirun's does and that fusion
+# does not change the arithmetic (test_equivalence.KNOBS).
+GLOO_RUN_KNOB = ("--horovod-fusion-threshold-mb", "0")
+
+
 def launcher_options(launcher: str | None) -> tuple[str, ...]:
-    return ("--horovod-launcher", launcher) if launcher else ()
+    """A Horovod framework's options for `launcher` (none for another framework)."""
+    if not launcher:
+        return ()
+    return ("--horovod-launcher", launcher, *(GLOO_RUN_KNOB if launcher == "gloo" else ()))
 
 
 @pytest.mark.slow
