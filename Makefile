@@ -59,14 +59,16 @@ slurm-lab-down:
 	bash tests/slurm-lab/lab.sh down
 
 train-env: system
-	PYTHON=$(PYTHON) bash tools/install-train-env.sh $(TRAIN_VENV)
+	PYTHON=$(PYTHON) bash tools/install-env.sh train $(TRAIN_VENV) \
+		tools/wheel-cache.sh tools/environment-pins.py envs/train-gpu.yaml pyproject.toml
 
 # torch==2.13.0 (CPU wheel here) and Horovod built with its torch extension.
 torch-env: system
-	PYTHON=$(PYTHON) bash tools/install-torch-env.sh $(TORCH_VENV)
+	PYTHON=$(PYTHON) bash tools/install-env.sh torch $(TORCH_VENV) tools/wheel-cache.sh \
+		tools/build-horovod-torch.sh tools/environment-pins.py envs/torch-gpu.yaml pyproject.toml
 
 analysis-env:
-	PYTHON=$(PYTHON) bash tools/install-analysis-env.sh $(VENV)
+	PYTHON=$(PYTHON) bash tools/install-env.sh analysis $(VENV) pyproject.toml
 
 # The documentation site (mkdocs.yml): its reference pages are generated from
 # the declarations at build time; --strict fails on a broken link.
