@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -15,6 +17,7 @@ def cpu_model() -> str:
         )
 
 
+@pytest.mark.slow  # two `trainscale run`s, each trained end to end
 def test_the_device_matrix_runs_each_cell_through_the_harness():
     command = [
         sys.executable, os.path.join(REPO, "bench", "device_matrix.py"),
