@@ -128,6 +128,9 @@ def test_horovod_over_gloo_across_nodes(lab_campaign):
 
 
 def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab_campaign):
+    """Over a minute: it waits for the cancel study's other jobs among the
+    lab's, then two dry runs and the cancelled point's rerun, a 2-node Horovod
+    job on SLURM (Snakemake's first status check is 10 s after submitting)."""
     # lab_studies.cancel_in_training cancelled its 2-node job as it trained.
     victim = lab_campaign.outcome("cancel")["job"]
     study = lab_campaign.studies["cancel"]
