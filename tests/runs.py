@@ -247,6 +247,9 @@ def check_a_torch_run(record, stdout: str, replicas: int):
     # The total is the sum of every process's rate, each timed on its own blocks.
     rate = record["images_per_sec"]["mean"]
     assert rate == pytest.approx(record["per_replica_images_per_sec"]["mean"] * replicas)
+    # Every image of the timed blocks, once: each process's rate times its own seconds.
+    steps = record["blocks"] * record["settings"]["steps_per_block"]
+    assert record["timed_images"] == pytest.approx(steps * record["global_batch_size"])
     assert record["training_flops_per_image"] > 0 and record["final_loss"] > 0
     # Keras's count: the torch model is its twin (trainscale.analysis.predict reads it).
     model = (record["model"], record["image_size"])

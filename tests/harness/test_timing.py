@@ -9,8 +9,8 @@ def test_totals_are_sums_over_processes_not_rank0_times_size():
     # the honest total is the sum of the two rates, not 2 x rank 0's rate.
     blocks = BlockTimes(images_per_block=100, replicas_in_process=1, steps_per_block=10)
     assert blocks.local_rate(0.5) == 200.0
-    assert blocks.add(0.5, [200.0, 100.0]) == 300.0
-    assert blocks.add(0.25, [400.0, 200.0]) == 600.0
+    assert blocks.add(0.5, [200.0, 100.0], [0.5, 1.0]) == 300.0
+    assert blocks.add(0.25, [400.0, 200.0], [0.25, 0.5]) == 600.0
     summary = blocks.summary()
     assert summary["images_per_sec"]["samples"] == [300.0, 600.0]
     # Each process's own rates are kept: the totals are their sums.
@@ -20,11 +20,14 @@ def test_totals_are_sums_over_processes_not_rank0_times_size():
     assert summary["per_replica_images_per_sec"]["mean"] == 225.0
     assert summary["step_time_ms"]["p50"] == pytest.approx(37.5)
     assert summary["timed_seconds"] == 0.75
+    # Every image counted once: each process's rate times its own seconds
+    # (the writer's 0.5 s and 0.25 s would count only 300 of the 400).
+    assert summary["timed_images"] == 400.0
 
 
 def test_per_replica_divides_by_replicas_in_process():
     blocks = BlockTimes(images_per_block=400, replicas_in_process=4, steps_per_block=1)
-    blocks.add(1.0, [400.0])
+    blocks.add(1.0, [400.0], [1.0])
     assert blocks.summary()["per_replica_images_per_sec"]["mean"] == 100.0
 
 

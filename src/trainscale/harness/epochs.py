@@ -70,7 +70,7 @@ def train_epochs(backend: Backend, events: RunEvents, first_step: int = 0):
         gathered = backend.gather_rows(np.concatenate([backend.evaluate(), own]))
         curve.append(_curve_point(backend, epochs, gathered, epoch, offset + clock.elapsed()))
         curve[-1].update(learning_rate=rate)
-        images = round(float((gathered[:, 3] * gathered[:, 5]).sum()))
+        images = round(epochs.images[-1])
         events.block_done(epoch, (epoch + 1) * steps, images, seconds, curve=curve[-1])
         if topology.is_chief:
             point = curve[-1]
@@ -89,7 +89,7 @@ def _curve_point(backend, epochs: BlockTimes, gathered: np.ndarray, epoch: int, 
     """One epoch's row of the curve from every process's gathered numbers."""
     loss_sum, correct, examples = gathered[:, :3].sum(axis=0)
     own = gathered[backend.topology.process_index]
-    total = epochs.add(float(own[5]), gathered[:, 3])
+    total = epochs.add(float(own[5]), gathered[:, 3], gathered[:, 5])
     point = {
         "epoch": epoch + 1,
         "wall_seconds": wall,

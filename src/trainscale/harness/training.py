@@ -211,8 +211,8 @@ def _timed_blocks(
         seconds = block_clock.elapsed()
         # Outside the timed region: every process's rate, loss share and seconds.
         gathered = backend.gather_rows(np.array([blocks.local_rate(seconds), loss_value, seconds]))
-        total = blocks.add(seconds, gathered[:, 0])
-        images = round(float((gathered[:, 0] * gathered[:, 2]).sum()))
+        total = blocks.add(seconds, gathered[:, 0], gathered[:, 2])
+        images = round(blocks.images[-1])
         events.block_done(block, (block + 1) * settings.steps_per_block, images, seconds)
         if not backend.loss_is_global:
             loss_value = float(gathered[:, 1].sum())
