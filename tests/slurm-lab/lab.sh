@@ -239,10 +239,23 @@ start_network() {
       link_node "$ns" "tslab$i" eth0 "$BRIDGE" "$address"
       ip -n "$ns" link set lo up
       ip -n "$ns" route add default via "$CONTROLLER_ADDRESS"
+      no_name_servers "$ns"
     fi
     echo "$address node$i $HOSTS_TAG" >>/etc/hosts
   done
   start_shaped_network "$nodes"
+}
+
+# The machine's name servers are out of the nodes' reach (nothing routes
+# their replies back): each lookup a node makes would wait out the resolver's
+# timeouts, 10 s, where a cluster's DNS answers at once. torch's TCPStore
+# looks up every client's (IPv4-mapped) address that way, so each job of 2 or
+# more ranks started 10 s late. Unreachable, a lookup fails at once.
+no_name_servers() {
+  local server
+  for server in $(awk '$1 == "nameserver" && $2 ~ /^[0-9.]+$/ {print $2}' /etc/resolv.conf); do
+    ip -n "$1" route replace unreachable "$server/32"
+  done
 }
 
 start_shaped_network() {
