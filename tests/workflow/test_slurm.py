@@ -147,7 +147,7 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab_campai
     assert cancelled_record["status"] == "failed"
     assert cancelled_record["error"].startswith(f"SLURM ended the job: *** JOB {victim} ON ")
     assert "CANCELLED AT" in cancelled_record["error"].splitlines()[0]
-    assert {r["status"] for r in got.values()} == {"ok"} and len(got) == 2
+    assert [r["status"] for r in got.values()] == ["ok"]
 
     # Retrying it is the user's call: delete its record, and only it trains.
     repo, args = study.repo, study.args
@@ -160,7 +160,7 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab_campai
     again = snakemake(repo, *args, timeout=600)
     assert again.returncode == 0, again.stderr[-4000:]
     got = records(repo, "slurm-lab-cancel")
-    assert len(got) == 3 and {r["status"] for r in got.values()} == {"ok"}
+    assert len(got) == 2 and {r["status"] for r in got.values()} == {"ok"}
 
 
 def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab_campaign):
