@@ -208,6 +208,32 @@ def test_every_figure_reads_at_a_glance(what, study, tmp_path, monkeypatch, reco
     print("\n".join(shown + report))
 
 
+def test_forty_frameworks_have_forty_colours_that_the_eye_tells_apart():
+    # Any number of frameworks, not a hand-kept list of 17 that an 18th would
+    # silently wrap around: 40 made-up ones (places 0-39 of a registry).
+    import numpy as np
+
+    from trainscale.analysis.plotting import (
+        LINE_LIGHTNESS,
+        _cielab,
+        distinct_colours,
+        framework_style,
+        style_at,
+    )
+
+    styles = [style_at(index) for index in range(40)]
+    lab = _cielab([style["color"] for style in styles])
+    distance = np.linalg.norm(lab[:, None] - lab[None], axis=-1)
+    np.fill_diagonal(distance, np.inf)
+    # CIE76 delta E: about 2.3 is just noticeable; 20 is another colour.
+    assert distance.min() >= 20, distance.min()
+    assert all(LINE_LIGHTNESS[0] <= lightness <= LINE_LIGHTNESS[1] for lightness in lab[:, 0])
+    assert len({(style["color"], style["marker"]) for style in styles}) == 40
+    # The registry's frameworks are the first places: adding a 41st changes none.
+    assert [framework_style(spec.name) for spec in REGISTRY] == styles[: len(REGISTRY)]
+    assert distinct_colours(40)[:18] == distinct_colours(18)
+
+
 def test_the_refactoring_trade_off_draws_a_study_whose_every_run_failed(tmp_path):
     # No ok run: one empty panel, which says so (the workflow's figures rule
     # still writes every figure; a retry-then-fail study is such a study).

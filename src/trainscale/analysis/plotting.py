@@ -5,41 +5,83 @@ marker, one legend, written as PNG and PDF atomically. matplotlib + seaborn.
 
 from __future__ import annotations
 
+import functools
+
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display (clusters and CI have none)
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from trainscale.analysis.tables import PANEL  # noqa: E402
 from trainscale.analysis.tidy import series_label  # noqa: E402
 from trainscale.core.records import atomic_path  # noqa: E402
-from trainscale.study.registry import table_order  # noqa: E402
+from trainscale.study.registry import FRAMEWORKS, table_order  # noqa: E402
 
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
-# seaborn's colorblind palette has pink, grey, yellow and light blue last,
-# too faint for a line on white: their dark versions take their places; then
-# black, a dark olive, a dark purple, a dark teal, a brick red, a navy and
-# an ochre: 17 frameworks, 17 colours (the filled markers run out at 15).
-PALETTE = (
-    sns.color_palette("colorblind", n_colors=6)
-    + sns.color_palette("dark")[6:10]
-    + [(0.0, 0.0, 0.0), (0.4, 0.4, 0.0), (0.35, 0.0, 0.45), (0.0, 0.3, 0.3)]
-    + [(0.6, 0.15, 0.1), (0.1, 0.1, 0.45), (0.7, 0.5, 0.0)]
-)
-MARKERS = ("o", "s", "D", "^", "v", "P", "*", "X", "h", "p", "<", ">", "d", "H", "8", "+", "x")
+# Filled markers: a framework's own; open ones mark its variants (variant_style).
+MARKERS = ("o", "s", "D", "^", "v", "P", "*", "X", "h", "p", "<", ">", "d", "H", "8")
+# A colour for a line on white: neither faint nor next to black.
+LINE_LIGHTNESS = (25.0, 70.0)  # CIELAB L*
+
+
+def _cielab(rgb) -> np.ndarray:
+    """sRGB (0-1, last axis) to CIELAB under D65: distances there are what
+    the eye tells apart (CIE76's delta E)."""
+    rgb = np.asarray(rgb, dtype=np.float64)
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    to_xyz = np.array(
+        [[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]
+    )
+    xyz = linear @ to_xyz.T / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.stack(
+        [116 * f[..., 1] - 16, 500 * (f[..., 0] - f[..., 1]), 200 * (f[..., 1] - f[..., 2])], -1
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def distinct_colours(count: int) -> tuple:
+    """`count` colours, each the one farthest (in CIELAB) from every colour
+    before it among the sRGB colours of LINE_LIGHTNESS: seaborn's colorblind
+    blue, orange, green and vermilion first. Greedy, so the first k are the
+    same for any count: a framework added to the registry changes no other's."""
+    levels = np.linspace(0.0, 1.0, 16)
+    grid = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), -1).reshape(-1, 3)
+    lab = _cielab(grid)
+    line = (lab[:, 0] >= LINE_LIGHTNESS[0]) & (lab[:, 0] <= LINE_LIGHTNESS[1])
+    grid, lab = grid[line], lab[line]
+    chosen = [tuple(float(x) for x in c) for c in sns.color_palette("colorblind", 4)][:count]
+    nearest = np.full(len(grid), np.inf)
+    for colour in chosen:
+        nearest = np.minimum(nearest, np.linalg.norm(lab - _cielab(colour), axis=-1))
+    while len(chosen) < count:
+        best = int(np.argmax(nearest))
+        chosen.append(tuple(float(x) for x in grid[best]))
+        nearest = np.minimum(nearest, np.linalg.norm(lab - lab[best], axis=-1))
+    return tuple(chosen)
+
+
 # A framework's lines that differ by something else (hosts, GPUs, a knob of
 # its own, measured vs reference) differ by line style, then by an open marker.
 LINESTYLES = ("-", "--", ":", "-.")
 
 
+def style_at(index: int) -> dict:
+    """The colour and marker of the `index`-th framework: a colour no other
+    framework has (distinct_colours), for any number of frameworks."""
+    colours = distinct_colours(max(index + 1, len(FRAMEWORKS) + 1))  # one cached call
+    return {"color": colours[index], "marker": MARKERS[index % len(MARKERS)]}
+
+
 def framework_style(framework: str) -> dict:
     """The colour and marker of `framework` in every figure of every study:
-    fixed by its place in the registry, so a reader learns them once."""
-    index = table_order(framework)
-    return {"color": PALETTE[index % len(PALETTE)], "marker": MARKERS[index % len(MARKERS)]}
+    fixed by its place in the registry, so a reader learns them once (a
+    framework no longer registered takes the place after the last)."""
+    return style_at(table_order(framework))
 
 
 def variant_style(framework: str, variant: int) -> dict:
