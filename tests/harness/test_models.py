@@ -1,3 +1,7 @@
+"""The Keras models by name: seed 003's small CNN layer by layer, VGG-16's head,
+the applications at their smallest input, and the names offered for an unknown
+one."""
+
 import math
 
 import numpy as np

@@ -1,3 +1,6 @@
+"""The record file: written whole or not at all, its schema checked, and a job
+lost without a record recorded from its logs."""
+
 import json
 import os
 

@@ -1,3 +1,6 @@
+"""A run's settings: defaults, replicas and batches, the CLI round trip,
+validation, and the launch plans (local and srun steps) they make."""
+
 import dataclasses
 import os
 

@@ -1,3 +1,6 @@
+"""The throughput definitions (trainscale.core.timing) on hand-made block times:
+sums over processes, per-replica rates, the time budget."""
+
 import numpy as np
 import pytest
 

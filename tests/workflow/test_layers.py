@@ -8,11 +8,10 @@ import os
 
 from conftest import REPO
 
+from trainscale import LAYERS
 from trainscale.study.registry import REGISTRY
 
 SRC = os.path.join(REPO, "src")
-# Bottom to top; a module may import its own layer and those below.
-LAYERS = ["core", "study", "harness", "frameworks", "launching", "network", "analysis", "cli"]
 # The modules that import a module named at run time, and what they may name:
 # the registry's training code and drivers. Any other run-time import of
 # trainscale must be a literal, so this test sees it.
