@@ -25,9 +25,9 @@ def example_cases():
     """Every example of every framework of each ecosystem this Python runs at
     least one of (trainscale.launching.examples.Example: framework, workload)."""
     from trainscale.launching.examples import examples_of
-    from trainscale.study.registry import REGISTRY, missing_module
+    from trainscale.study.registry import REGISTRY
 
-    ecosystems = {spec.ecosystem for spec in REGISTRY if not missing_module(spec.name)}
+    ecosystems = {spec.ecosystem for spec in REGISTRY if not spec.missing_module()}
     return [e for spec in REGISTRY if spec.ecosystem in ecosystems for e in examples_of(spec.name)]
 
 

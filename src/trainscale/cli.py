@@ -15,7 +15,7 @@ from trainscale.core.setting import add_argument
 from trainscale.launching.run_point import run_point
 from trainscale.network.probe import TRANSPORTS, probe_parser, run_probe
 from trainscale.study.options import OPTIONS, RunOptions, validate_options
-from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec, missing_module
+from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec
 from trainscale.study.settings import (
     SETTING,
     RunSettings,
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _require(framework: str) -> None:
-    missing = missing_module(framework)
+    missing = framework_spec(framework).missing_module()
     if missing:
         spec = framework_spec(framework)
         raise SettingsError(

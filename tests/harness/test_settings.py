@@ -166,7 +166,7 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
 
 def test_a_parameter_server_run_is_one_srun_step_of_roles_in_task_order(monkeypatch):
     from trainscale.launching.launch import process_plan, run_role
-    from trainscale.study.launch_kinds import SERVE
+    from trainscale.study.parameter_server_kind import SERVE
 
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     s = RunSettings(framework="tf-ps", nodes=2, gpus_per_node=1, ps_servers=2, device="cpu")

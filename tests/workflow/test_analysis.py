@@ -11,8 +11,9 @@ import pytest
 from conftest import REPO
 
 from trainscale.analysis.rendering import display_frame, to_latex, to_markdown
+from trainscale.analysis.repeats import combine_repeats
 from trainscale.analysis.tables import reference_table, table1, table2
-from trainscale.analysis.tidy import CollectError, add_scaling, collect, combine_repeats
+from trainscale.analysis.tidy import CollectError, add_scaling, collect
 
 
 def row(

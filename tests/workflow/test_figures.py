@@ -238,7 +238,7 @@ def test_the_refactoring_trade_off_draws_a_study_whose_every_run_failed(tmp_path
     # No ok run: one empty panel, which says so (the workflow's figures rule
     # still writes every figure; a retry-then-fail study is such a study).
     from trainscale.analysis.figures import refactoring_tradeoff
-    from trainscale.analysis.tidy import combine_repeats, ok_only
+    from trainscale.analysis.repeats import combine_repeats, ok_only
 
     failed = demo_tidy().assign(status="failed")
     refactoring = pd.DataFrame(

@@ -11,8 +11,9 @@ import pytest
 from conftest import REPO
 from test_analysis import row
 
+from trainscale.analysis.repeats import combine_repeats
 from trainscale.analysis.tables import cross_ecosystem_table, efficiency_table
-from trainscale.analysis.tidy import combine_repeats, series_order
+from trainscale.analysis.tidy import series_order
 from trainscale.study import settings
 from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec, label, table_order
 from trainscale.study.settings import RunSettings, SettingsError, validate

@@ -297,8 +297,9 @@ def write_figures(
     """
     import os
 
+    from trainscale.analysis.repeats import combine_repeats, ok_only, reference_combined
     from trainscale.analysis.tables import reference_table
-    from trainscale.analysis.tidy import combine_repeats, load_tidy, ok_only, reference_combined
+    from trainscale.analysis.tidy import load_tidy
 
     tidy = load_tidy(tidy_csv)
     combined = ok_only(combine_repeats(tidy))
@@ -332,17 +333,23 @@ def write_figures(
             combined, reference_combined(reference, list(reference_records))
         )
         drawings.append((vs_reference, (comparison, reference, paths(out.VS_REFERENCE), note)))
+    workers = _draw_all(drawings, workers)
+    print(f"figures: written to {folder} ({workers} process(es))")
+
+
+def _draw_all(drawings: list, workers: int) -> int:
+    """Each (draw, args) of `drawings`, in up to `workers` processes; how many drew."""
     workers = max(1, min(workers, len(drawings)))
     if workers == 1:
         for draw, args in drawings:
             draw(*args)
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        return workers
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-        # fork: the children start with this process's imports and frames.
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            for done in [pool.submit(draw, *args) for draw, args in drawings]:
-                done.result()  # a figure's error is raised here
-    print(f"figures: written to {folder} ({workers} process(es))")
+    # fork: the children start with this process's imports and frames.
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        for done in [pool.submit(draw, *args) for draw, args in drawings]:
+            done.result()  # a figure's error is raised here
+    return workers

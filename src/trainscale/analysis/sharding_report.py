@@ -133,7 +133,8 @@ def sharding_figure(memory: pd.DataFrame, limits_mib: dict, paths: list[str]) ->
 def write_sharding(tidy_csv: str, folder: str, figures: list[str], limit_gib=None) -> None:
     """tables/sharding_memory and tables/sharding_crossover in `folder`, and the figure."""
     from trainscale.analysis.rendering import write_table
-    from trainscale.analysis.tidy import combine_repeats, load_tidy
+    from trainscale.analysis.repeats import combine_repeats
+    from trainscale.analysis.tidy import load_tidy
 
     tidy = combine_repeats(load_tidy(tidy_csv))
     memory = memory_rows(tidy)

@@ -1,7 +1,7 @@
 """The study's tables: the paper's Table I and II, efficiency, the reference
 study beside this one, and each torch framework beside its TensorFlow
 counterpart. Each is built per panel (model, batch, shared knobs) from the
-combined rows of trainscale.analysis.tidy, and written by trainscale.analysis.rendering.
+combined rows of trainscale.analysis.repeats, and written by trainscale.analysis.rendering.
 """
 
 from __future__ import annotations
@@ -16,14 +16,8 @@ from trainscale.analysis.outputs import (
     VS_REFERENCE,
 )
 from trainscale.analysis.rendering import write_table
-from trainscale.analysis.tidy import (
-    combine_repeats,
-    load_tidy,
-    ok_only,
-    reference_combined,
-    series_label,
-    series_order,
-)
+from trainscale.analysis.repeats import combine_repeats, ok_only, reference_combined
+from trainscale.analysis.tidy import load_tidy, series_label, series_order
 from trainscale.study.registry import REGISTRY, table_order
 from trainscale.study.registry import label as framework_label
 from trainscale.study.study import KNOB_AXES, join_knobs, parse_knobs
@@ -274,26 +268,80 @@ def write_tables(
     framework: str,
     reference_records: list[str] = (),
 ) -> None:
+    """Every table of a study into `folder`: Table I, Table II (`framework`'s),
+    efficiency, across ecosystems, and against `reference` where there is one."""
     tidy = load_tidy(tidy_csv)
     combined = combine_repeats(tidy)
     ref = reference_combined(reference, list(reference_records))
     study = tidy["study"].iloc[0] if len(tidy) else "?"
     device = ", ".join(sorted(set(tidy["device"]))) or "?"
+    _write_table1(combined, ref, folder, reference, f"{study}, {device}")
+    _write_table2(combined, folder, framework, f"{study}, {device}")
+    write_table(
+        efficiency_table(combined),
+        folder,
+        EFFICIENCY,
+        f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run, model "
+        f"FLOPs utilisation (MFU: achieved / the devices' peak; empty where the device's "
+        f"peak is unknown), and peak memory per replica (the GPU allocator's peak; on "
+        f"CPUs the process's peak resident memory); GPU utilisation and memory as NVML "
+        f"saw them while it trained (mean utilisation, peak memory in use; empty on "
+        f"CPUs, which it does not sample) ({study})",
+        EFFICIENCY_LABELS,
+    )
+    write_table(
+        cross_ecosystem_table(combined),
+        folder,
+        CROSS_ECOSYSTEM,
+        f"Across ecosystems: each torch framework beside the TensorFlow framework it "
+        f"mirrors, total images/sec at equal model, batch, precision and GPUs; ratio = "
+        f"torch / TensorFlow; efficiency against each one's own 1-GPU run ({study}, {device})",
+        CROSS_ECOSYSTEM_LABELS,
+    )
+    if reference:
+        _write_vs_reference(combined, ref, folder, study, reference)
+    print(f"tables: written to {folder}")
 
+
+EFFICIENCY_LABELS = {
+    "achieved_tflops": "TFLOP/s",
+    "mfu": "MFU",
+    "peak_memory_per_replica_mib": "Peak memory per replica (MiB)",
+    "gpu_utilisation_percent": "GPU utilisation (%)",
+    "gpu_memory_peak_mib": "GPU memory in use, peak (MiB)",
+}
+CROSS_ECOSYSTEM_LABELS = {
+    "model": "Model",
+    "batch_size": "Batch/GPU",
+    "panel_knobs": "Knobs",
+    "shared_knobs": "Knobs of both",
+    "nodes": "Nodes",
+    "gpus_per_node": "GPUs per node",
+    "gpus": "GPUs",
+    "framework": "Framework",
+    "versus": "Versus",
+    "framework_images_per_sec": "Framework (images/sec)",
+    "versus_images_per_sec": "Versus (images/sec)",
+    "ratio": "torch / TF",
+    "efficiency": "Efficiency",
+    "versus_efficiency": "Versus efficiency",
+}
+
+
+def _write_table1(combined, ref, folder: str, reference: str | None, where: str) -> None:
+    """Table I; `where`: the study and its devices, for the caption."""
     labels = {"gpus": "GPUs", "model": "Model", "batch_size": "Batch/GPU", "knobs": "Knobs"}
     for series in set(combined["series"]) if len(combined) else ():
         label = series_label(series)
         labels[series] = f"{label} (images/sec)"
         labels[f"{series}_reference_mean"] = f"{label} ({reference})"
         labels[f"{series}_ratio"] = f"{label} measured / {reference}"
-    write_table(
-        table1(combined, ref),
-        folder,
-        TABLE1,
-        f"Table I: frameworks on one node, total images/sec ({study}, {device})",
-        labels,
-    )
+    caption = f"Table I: frameworks on one node, total images/sec ({where})"
+    write_table(table1(combined, ref), folder, TABLE1, caption, labels)
 
+
+def _write_table2(combined, folder: str, framework: str, where: str) -> None:
+    """Table II, `framework`'s; `where`: the study and its devices, for the caption."""
     t2 = table2(combined, framework)
     node_labels = {
         c[:-5]: f"{c[1:-5]} node{'s' if c[1:-5] != '1' else ''}"
@@ -309,75 +357,30 @@ def write_tables(
             "series": "Framework",
         }
     )
-    write_table(
-        t2,
-        folder,
-        TABLE2,
+    caption = (
         f"Table II: {framework_label(framework)}, total images/sec "
-        f"by GPUs per node and nodes ({study}, {device})",
-        node_labels,
+        f"by GPUs per node and nodes ({where})"
     )
+    write_table(t2, folder, TABLE2, caption, node_labels)
 
-    write_table(
-        efficiency_table(combined),
-        folder,
-        EFFICIENCY,
-        f"Speed-up and weak-scaling efficiency vs each framework's 1-GPU run, model "
-        f"FLOPs utilisation (MFU: achieved / the devices' peak; empty where the device's "
-        f"peak is unknown), and peak memory per replica (the GPU allocator's peak; on "
-        f"CPUs the process's peak resident memory); GPU utilisation and memory as NVML "
-        f"saw them while it trained (mean utilisation, peak memory in use; empty on "
-        f"CPUs, which it does not sample) ({study})",
+
+def _write_vs_reference(combined, ref, folder: str, study: str, reference: str) -> None:
+    ref_labels = {
+        "images_per_sec": f"{study} (images/sec)",
+        "reference_images_per_sec": f"{reference} (images/sec)",
+        "ratio": f"measured / {reference}",
+    }
+    ref_labels.update(
         {
-            "achieved_tflops": "TFLOP/s",
-            "mfu": "MFU",
-            "peak_memory_per_replica_mib": "Peak memory per replica (MiB)",
-            "gpu_utilisation_percent": "GPU utilisation (%)",
-            "gpu_memory_peak_mib": "GPU memory in use, peak (MiB)",
-        },
-    )
-    write_table(
-        cross_ecosystem_table(combined),
-        folder,
-        CROSS_ECOSYSTEM,
-        f"Across ecosystems: each torch framework beside the TensorFlow framework it "
-        f"mirrors, total images/sec at equal model, batch, precision and GPUs; ratio = "
-        f"torch / TensorFlow; efficiency against each one's own 1-GPU run ({study}, {device})",
-        {
-            "model": "Model",
-            "batch_size": "Batch/GPU",
-            "panel_knobs": "Knobs",
-            "shared_knobs": "Knobs of both",
-            "nodes": "Nodes",
-            "gpus_per_node": "GPUs per node",
-            "gpus": "GPUs",
-            "framework": "Framework",
-            "versus": "Versus",
-            "framework_images_per_sec": "Framework (images/sec)",
-            "versus_images_per_sec": "Versus (images/sec)",
-            "ratio": "torch / TF",
-            "efficiency": "Efficiency",
-            "versus_efficiency": "Versus efficiency",
-        },
-    )
-    if reference:
-        ref_labels = {
-            "images_per_sec": f"{study} (images/sec)",
-            "reference_images_per_sec": f"{reference} (images/sec)",
-            "ratio": f"measured / {reference}",
+            f"reference_{c}": f"{c} ({reference})"
+            for c in ("dataset", "batch_size", "image_size", "device", "knobs")
         }
-        ref_labels.update(
-            {
-                f"reference_{c}": f"{c} ({reference})"
-                for c in ("dataset", "batch_size", "image_size", "device", "knobs")
-            }
-        )
-        write_table(
-            reference_table(combined, ref),
-            folder,
-            VS_REFERENCE,
-            f"{study} vs {reference} at the grid points both have (their settings "
-            "may differ: see the columns)",
-            ref_labels,
-        )
-    print(f"tables: written to {folder}")
+    )
+    write_table(
+        reference_table(combined, ref),
+        folder,
+        VS_REFERENCE,
+        f"{study} vs {reference} at the grid points both have (their settings "
+        "may differ: see the columns)",
+        ref_labels,
+    )

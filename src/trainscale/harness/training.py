@@ -117,23 +117,12 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         # An elastic framework's restart goes on from its saved state, with
         # no warm-up: what it costs is the recovery's.
         first_step = events.restore()
+        loss_value = None
         if settings.mode != "accuracy":
             loss_value = float("nan") if first_step else _warm_up(backend, events)
-        timing = {
-            "startup_seconds": clock.elapsed(),
-            "seconds_to_first_timed_step": process_age(),
-            "seconds_from_launch_to_first_timed_step": seconds_since_launch(),
-        }
+        timing = _startup_timing(clock)
         monitor = start_gpu_monitor(settings)
-        if settings.mode == "accuracy":
-            blocks, measured = backend.run_blocks(
-                lambda step: train_epochs(backend, events, step), first_step
-            )
-        else:
-            blocks, loss_value = backend.run_blocks(
-                lambda step: _timed_blocks(backend, loss_value, events, step), first_step
-            )
-            measured = {"final_loss": loss_value}
+        blocks, measured = _measure(backend, events, first_step, loss_value)
         gpu = monitor.stop() if isinstance(monitor, GpuMonitor) else monitor
         # Before the weights are gathered (a sharded framework's whole weights
         # would count in its peak memory).
@@ -156,9 +145,7 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
     if options.output:
         records.atomic_write_json(options.output, record)
     if options.save_weights:
-        arrays = {f"initial_{i}": w for i, w in enumerate(initial_weights)}
-        arrays.update({f"final_{i}": w for i, w in enumerate(final_weights)})
-        np.savez(options.save_weights, **arrays)
+        _save_weights(options.save_weights, initial_weights, final_weights)
     backend.close()
     log(
         f"{who(settings)}: {record['images_per_sec']['mean']:.1f} ± "
@@ -166,6 +153,35 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         f"{record['blocks']} blocks"
     )
     return record
+
+
+def _startup_timing(clock: Stopwatch) -> dict:
+    """How long the start took, as the timed part begins: since `clock` (this
+    process's training code), since the process began, since the launch."""
+    return {
+        "startup_seconds": clock.elapsed(),
+        "seconds_to_first_timed_step": process_age(),
+        "seconds_from_launch_to_first_timed_step": seconds_since_launch(),
+    }
+
+
+def _measure(backend: Backend, events: RunEvents, first_step: int, loss_value):
+    """The measured part, from `first_step`: epochs to the target in accuracy
+    mode, else the timed blocks (after a warm-up that ended at `loss_value`);
+    its BlockTimes and what the record says of it."""
+    if backend.settings.mode == "accuracy":
+        return backend.run_blocks(lambda step: train_epochs(backend, events, step), first_step)
+    blocks, loss_value = backend.run_blocks(
+        lambda step: _timed_blocks(backend, loss_value, events, step), first_step
+    )
+    return blocks, {"final_loss": loss_value}
+
+
+def _save_weights(path: str, initial: list, final: list) -> None:
+    """The trainable weights before and after (--save-weights), as the tests read them."""
+    arrays = {f"initial_{i}": w for i, w in enumerate(initial)}
+    arrays.update({f"final_{i}": w for i, w in enumerate(final)})
+    np.savez(path, **arrays)
 
 
 def _warm_up(backend: Backend, events: RunEvents) -> float:

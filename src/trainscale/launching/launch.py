@@ -122,6 +122,35 @@ def launch(settings: RunSettings, options: RunOptions) -> LaunchResult:
     return run_plan(plan, timeout)
 
 
+def _start_processes(plan: Plan, processes: list, relays: list, oom_lines: list) -> None:
+    """Each process of `plan` into `processes`, a thread in `relays` relaying
+    its stderr (and keeping its out-of-memory lines in `oom_lines`)."""
+    for process in plan:
+        proc = subprocess.Popen(
+            process.argv,
+            env={**os.environ, **process.env},
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+        processes.append(proc)
+        relay = threading.Thread(target=relay_output, args=(proc.stderr, sys.stderr, oom_lines))
+        relay.start()
+        relays.append(relay)
+
+
+def _cgroup_oom_kill(cgroup, kills_before) -> list[str]:
+    """The line saying the kernel killed a process of this memory cgroup for
+    memory since it counted `kills_before`; none if it did not."""
+    if not cgroup or (cgroup.oom_kills() or 0) <= kills_before:
+        return []
+    limit = cgroup.limit_mib()
+    return [
+        "killed by the kernel's out-of-memory handler: memory cgroup "
+        f"{cgroup.folder} (limit {f'{limit:.0f} MiB' if limit else 'unknown'})"
+    ]
+
+
 def run_plan(plan: Plan, timeout: float) -> LaunchResult:
     """Start every process of `plan` and wait for all of them, `timeout` seconds
     at most (0: no limit); one that fails ends the others."""
@@ -136,12 +165,8 @@ def run_plan(plan: Plan, timeout: float) -> LaunchResult:
         stop_all(processes, tree)
         for relay in relays:
             relay.join(timeout=5)
-        if code and not oom_lines and cgroup and (cgroup.oom_kills() or 0) > oom_kills_before:
-            limit = cgroup.limit_mib()
-            oom_lines.append(
-                "killed by the kernel's out-of-memory handler: memory cgroup "
-                f"{cgroup.folder} (limit {f'{limit:.0f} MiB' if limit else 'unknown'})"
-            )
+        if code and not oom_lines:
+            oom_lines.extend(_cgroup_oom_kill(cgroup, oom_kills_before))
         seconds = time.monotonic() - start
         oom = oom_lines[0] if oom_lines else ""
         return LaunchResult(code, seconds, timed_out, oom, terminated.is_set())
@@ -152,18 +177,7 @@ def run_plan(plan: Plan, timeout: float) -> LaunchResult:
     if in_main_thread:
         previous_handler = signal.signal(signal.SIGTERM, lambda *_: terminated.set())
     try:
-        for process in plan:
-            proc = subprocess.Popen(
-                process.argv,
-                env={**os.environ, **process.env},
-                stderr=subprocess.PIPE,
-                text=True,
-                errors="replace",
-            )
-            processes.append(proc)
-            relay = threading.Thread(target=relay_output, args=(proc.stderr, sys.stderr, oom_lines))
-            relay.start()
-            relays.append(relay)
+        _start_processes(plan, processes, relays, oom_lines)
         # A process that serves until it is ended (a parameter server) is
         # ended once every process that ends by itself has ended; one the run
         # does not need (an elastic framework's other agents) may fail.

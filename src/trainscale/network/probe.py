@@ -180,7 +180,20 @@ def probe_parser(commands) -> None:
     p.add_argument("--output", required=True)
 
 
+def _ranks_command(args, partial: str) -> list[str]:
+    """What each rank of the probe runs (trainscale.network.probe_ranks); rank
+    0 writes its measurements to `partial`."""
+    command = [sys.executable, "-m", "trainscale.network.probe_ranks"]
+    command += ["--transport", args.transport]
+    command += ["--largest-message-bytes", str(args.largest_message_bytes)]
+    command += ["--repetitions", str(args.repetitions), "--device", args.device]
+    command += ["--nodes", str(args.nodes), "--ranks-per-node", str(args.ranks_per_node)]
+    return command + ["--output", partial]
+
+
 def run_probe(args) -> int:
+    """`trainscale probe`: the ranks started as the transport's frameworks
+    start theirs, then the record; 0, or 1 where the ranks failed."""
     from trainscale.core.slurm import in_slurm_job
     from trainscale.launching.containers import container_provenance, prepare_container
     from trainscale.launching.launch import rank_plan, run_plan
@@ -191,17 +204,7 @@ def run_probe(args) -> int:
         args.transport, args.nodes, args.ranks_per_node, args.device, args.network
     )
     partial = f"{args.output}.rank0.json"
-    command = [
-        sys.executable,
-        "-m",
-        "trainscale.network.probe_ranks",
-        "--transport",
-        args.transport,
-    ]
-    command += ["--largest-message-bytes", str(args.largest_message_bytes)]
-    command += ["--repetitions", str(args.repetitions), "--device", args.device]
-    command += ["--nodes", str(args.nodes), "--ranks-per-node", str(args.ranks_per_node)]
-    command += ["--output", partial]
+    command = _ranks_command(args, partial)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     prepare_container(args.container, args.container_command, in_slurm_job())
     container = container_provenance(args.container, args.container_command)

@@ -64,3 +64,28 @@ class FrameworkSpec:
     # parallel layers) instead of replicating it: it runs the text models
     # (trainscale.core.gpt) only.
     splits_model: bool = False
+
+    def missing_module(self) -> str:
+        """'' when this Python has what the framework requires, else what it lacks.
+
+        Asked without importing anything heavy: a top-level module is looked
+        up, not imported. A Horovod framework module (horovod.torch) is there
+        only when Horovod was compiled for it: Horovod ships every framework's
+        Python package but builds the library (mpi_lib*) of the ones it was
+        built with.
+        """
+        import glob
+        import importlib.util
+        import os
+
+        top, _, framework = self.requires.partition(".")
+        spec = importlib.util.find_spec(top)
+        # A folder of that name on sys.path with no __init__.py (the test
+        # suite's tests/torch/) is a namespace package, not the framework.
+        if spec is None or spec.origin is None:
+            return self.requires
+        if framework:
+            folders = spec.submodule_search_locations or []
+            if not any(glob.glob(os.path.join(f, framework, "mpi_lib*")) for f in folders):
+                return f"{self.requires} (Horovod built without it)"
+        return ""

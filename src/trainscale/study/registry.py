@@ -48,10 +48,10 @@ from trainscale.study.launch_kinds import (
     HOROVOD,
     MULTIWORKER,
     ONE_PROCESS,
-    PARAMETER_SERVERS,
     RAY,
     TORCHRUN,
 )
+from trainscale.study.parameter_server_kind import PARAMETER_SERVERS
 from trainscale.study.traffic import no_traffic, parameter_server_traffic
 
 # The modules of each ecosystem (the refactoring analysis's framework names
@@ -380,29 +380,3 @@ def framework_readers(name: str) -> set[str]:
         for spec in REGISTRY
         if any(s.name == name for s in (*spec.launch.settings, *spec.knobs))
     }
-
-
-def missing_module(name: str) -> str:
-    """'' when this Python has what framework `name` requires, else what it lacks.
-
-    Asked without importing anything heavy: a top-level module is looked up,
-    not imported. A Horovod framework module (horovod.torch) is there only
-    when Horovod was compiled for it: Horovod ships every framework's Python
-    package but builds the library (mpi_lib*) of the ones it was built with.
-    """
-    import glob
-    import importlib.util
-    import os
-
-    module = _BY_NAME[name].requires
-    top, _, framework = module.partition(".")
-    spec = importlib.util.find_spec(top)
-    # A folder of that name on sys.path with no __init__.py (the test suite's
-    # tests/torch/) is a namespace package, not the framework: origin None.
-    if spec is None or spec.origin is None:
-        return module
-    if framework:
-        folders = spec.submodule_search_locations or []
-        if not any(glob.glob(os.path.join(f, framework, "mpi_lib*")) for f in folders):
-            return f"{module} (Horovod built without it)"
-    return ""

@@ -2,7 +2,7 @@
 as TensorFlow's parameter-server tutorial teaches it, and what its parameter
 servers and workers run.
 
-The run's processes have roles (trainscale.study.launch_kinds.ParameterServers):
+The run's processes have roles (trainscale.study.parameter_server_kind.ParameterServers):
 the chief is the coordinator and runs the harness's loop; the parameter
 servers hold the variables, partitioned over them; each worker trains one
 replica. Training is ASYNCHRONOUS: the coordinator schedules functions of

@@ -243,6 +243,24 @@ def _wait_for_head(node: subprocess.Popen, head: str, within: float = 300) -> No
             time.sleep(0.5)
 
 
+def _start_local(ray, settings, temp: str) -> None:
+    """A private local Ray instance of the run's replicas, its files in `temp`."""
+    ray.init(
+        num_cpus=settings.replicas,  # Train V2's controller asks none
+        num_gpus=settings.replicas if settings.device == "gpu" else 0,
+        include_dashboard=False,
+        _temp_dir=temp,
+        log_to_driver=True,
+    )
+
+
+def _stop_node(node) -> None:
+    """This SLURM task's `ray start --block`, if it is still running."""
+    if node is not None and node.poll() is None:
+        node.terminate()
+        node.wait(timeout=60)
+
+
 def drive(settings, options) -> dict:
     """Start Ray, run the workers, stop Ray; returns the record's Ray part.
 
@@ -276,21 +294,13 @@ def drive(settings, options) -> dict:
             ray.init(address=head)
             _wait_for_nodes(settings.nodes)
         else:
-            ray.init(
-                num_cpus=settings.replicas,  # Train V2's controller asks none
-                num_gpus=settings.replicas if settings.device == "gpu" else 0,
-                include_dashboard=False,
-                _temp_dir=temp,
-                log_to_driver=True,
-            )
+            _start_local(ray, settings, temp)
         cluster_started = time.perf_counter()
         _trainer(settings, options, folder).fit()
         finished = time.perf_counter()
     finally:
         ray.shutdown()
-        if node is not None and node.poll() is None:
-            node.terminate()
-            node.wait(timeout=60)
+        _stop_node(node)
         if link:
             os.unlink(link)
         signal.signal(signal.SIGTERM, previous_handler)
