@@ -13,6 +13,7 @@ import sys
 
 from trainscale.core.setting import add_argument
 from trainscale.launching.run_point import run_point
+from trainscale.launching.train_process import train_process
 from trainscale.network.probe import TRANSPORTS, probe_parser, run_probe
 from trainscale.study.options import OPTIONS, RunOptions, validate_options
 from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         validate_options(options)
         _require(settings.framework)
         if args.command == "train":
-            return _train(settings, options)
+            return train_process(settings, options)
         return run_point(settings, options)
     except SettingsError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
@@ -264,78 +265,6 @@ def _require(framework: str) -> None:
             f"cannot import: run it from its environment ({spec.environment} in a study "
             f"config, built by make {spec.environment.replace('_', '-')})"
         )
-
-
-def _train(settings: RunSettings, options: RunOptions) -> int:
-    from trainscale.core.supervision import EXIT_OOM, OWN_OOM_SIGN, mark_first_to_die
-    from trainscale.frameworks import backend_class
-    from trainscale.harness.training import OutOfMemory, train
-    from trainscale.launching.launch import run_role
-
-    spec = framework_spec(settings.framework)
-    # A driver (Ray's) is a launcher of its workers: they, not it, go first.
-    if not spec.driver:
-        mark_first_to_die()
-    if options.collective_timeout:
-        # Horovod's Gloo reads its timeout from its own variable, in hvd.init().
-        os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, round(options.collective_timeout)))
-    role = run_role(settings)
-    try:
-        if role:  # a parameter server or a worker: serves until the chief ends
-            _call(role, settings, options)
-        elif spec.driver:
-            _drive(spec.driver, settings, options)
-        else:
-            backend = backend_class(settings.framework)
-            train(settings, backend, options)
-            if not backend.finalizes_at_exit:
-                _exit_now(0)
-    except (OutOfMemory, MemoryError) as err:
-        # Running out of memory is a result of this grid point, not a crash.
-        # The launcher reads this line (from any rank) and writes the record.
-        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print(f"{OWN_OOM_SIGN} {first_line}", file=sys.stderr)
-        return EXIT_OOM
-    return 0
-
-
-def _exit_now(code: int) -> None:
-    """End this process at once, its output flushed: what Python's own
-    finalization would still run is the teardown to skip (Backend.finalizes_at_exit)."""
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _call(function: str, settings: RunSettings, options: RunOptions):
-    """Run the "module:function" a registry entry or a role names."""
-    import importlib
-
-    module, name = function.split(":")
-    return getattr(importlib.import_module(module), name)(settings, options)
-
-
-def _drive(driver: str, settings: RunSettings, options: RunOptions) -> None:
-    """A framework that starts its workers itself (Ray Train): its driver runs
-    them, each running the training function, and the driver's own timings
-    join the record the chief worker wrote."""
-    from trainscale.core.records import atomic_write_json, read_record
-    from trainscale.harness.training import OutOfMemory
-
-    try:
-        timings = _call(driver, settings, options)
-    except Exception as err:
-        # A worker's OutOfMemory reaches the driver wrapped in the framework's error.
-        text = str(err)
-        if "OutOfMemory" in text or "out of memory" in text.lower():
-            line = next((x for x in text.splitlines() if "emory" in x), text.splitlines()[0])
-            raise OutOfMemory(line.strip()) from err
-        raise
-    if timings:  # a worker node's task has none: the head's driver writes them
-        atomic_write_json(options.output, {**read_record(options.output), **timings})
 
 
 if __name__ == "__main__":

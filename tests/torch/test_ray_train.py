@@ -26,7 +26,7 @@ def _marked(mark: str) -> list[int]:
 
 
 def _links_into(folder: Path) -> list[str]:
-    """Ray's short links (torch_ray._ray_folder) that point into `folder`: other
+    """Ray's short links (ray_train._ray_folder) that point into `folder`: other
     tests' Ray runs, on the other xdist worker, have links of their own."""
     found = []
     for link in glob.glob("/tmp/ts-ray-*"):

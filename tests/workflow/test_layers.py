@@ -9,6 +9,7 @@ import os
 from conftest import REPO
 
 from trainscale import LAYERS
+from trainscale.study.parameter_server_kind import SERVE
 from trainscale.study.registry import REGISTRY
 
 SRC = os.path.join(REPO, "src")
@@ -17,7 +18,11 @@ SRC = os.path.join(REPO, "src")
 # trainscale must be a literal, so this test sees it.
 DYNAMIC = {
     "trainscale.frameworks": {spec.backend.partition(":")[0] for spec in REGISTRY},
-    "trainscale.cli": {spec.driver.partition(":")[0] for spec in REGISTRY if spec.driver},
+    # A driver's and a role's function (a parameter server's serve).
+    "trainscale.launching.train_process": {
+        function.partition(":")[0]
+        for function in (*(spec.driver for spec in REGISTRY if spec.driver), SERVE)
+    },
     "trainscale.harness.backend": set(),  # Horovod's own modules (horovod.tensorflow)
 }
 

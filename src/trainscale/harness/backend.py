@@ -84,7 +84,7 @@ class Backend:
     loss_is_global = True
     out_of_memory_errors: tuple[type[BaseException], ...] = (MemoryError,)
     # Whether a rank's process, its run done, may go through Python's own
-    # finalization (trainscale.cli._train); see TorchDistributed's reason not to.
+    # finalization (trainscale.launching.train_process); see TorchDistributed's reason not to.
     finalizes_at_exit = True
 
     def __init__(self, settings: RunSettings, options: RunOptions):

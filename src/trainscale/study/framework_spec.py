@@ -50,7 +50,7 @@ class FrameworkSpec:
     check: Callable[[Any], str] | None = None
     # "module:function" run by `trainscale train` in place of the training
     # function where the framework starts its workers itself (Ray Train's
-    # driver, trainscale.frameworks.torch.torch_ray.drive); "" for the others.
+    # driver, trainscale.frameworks.torch.ray_train.drive); "" for the others.
     driver: str = ""
     # Whether its replicas update the model each on its own, without waiting
     # for the others (a parameter server's workers): its label says so, and

@@ -295,8 +295,9 @@ QUIET_RAY = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
 
 class RayDriver(OneProcess):
     """One process here, Ray's driver: it starts a private Ray instance and
-    Ray starts the workers, one per replica, as its own children (trainscale.
-    torch_ray), so stopping the driver's process tree stops them all."""
+    Ray starts the workers, one per replica, as its own children
+    (trainscale.frameworks.torch.ray_train), so stopping the driver's process
+    tree stops them all."""
 
     name = "ray"
     one_node = "python {script}   # Ray starts a local instance"

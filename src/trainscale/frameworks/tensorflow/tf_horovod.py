@@ -17,7 +17,7 @@ from trainscale.study.elastic_kinds import world_size_error
 class Horovod(Framework):
     name = "horovod"
     loss_is_global = False
-    elastic = False  # whether the world may be smaller than the run's (tf_horovod_elastic)
+    elastic = False  # whether the world may be smaller than the run's (horovod_elastic)
 
     def setup(self) -> None:
         import horovod.tensorflow as hvd
