@@ -208,6 +208,29 @@ def test_every_figure_reads_at_a_glance(what, study, tmp_path, monkeypatch, reco
     print("\n".join(shown + report))
 
 
+def test_the_demos_efficiency_has_a_line_for_every_framework_against_a_base_it_names():
+    # The demo runs torch-ddp alone at 1 GPU: against their own 1-GPU runs the
+    # other frameworks would have no efficiency; against their ecosystem's
+    # single-device run (the seeds' base) each has, and its line says so.
+    from trainscale.analysis.figures import against_a_base
+    from trainscale.analysis.repeats import combine_repeats, ok_only
+    from trainscale.study.registry import base_of
+
+    combined = ok_only(combine_repeats(demo_tidy()))
+    frame = against_a_base(combined)
+    assert set(frame["framework"]) == set(combined["framework"])
+    for row in frame.itertuples():
+        own = combined[(combined["framework"] == row.framework) & (combined["gpus"] == 1)]
+        assert (row.base == "") == (len(own) > 0), row
+        if row.base:  # this rate over the base's 1-GPU rate, per GPU
+            assert row.base == base_of(row.framework)
+            base = combined[(combined["framework"] == row.base) & (combined["gpus"] == 1)]
+            rate = base["images_per_sec_mean"].iloc[0]
+            assert row.efficiency == pytest.approx(row.images_per_sec_mean / rate / row.gpus)
+    # The tables keep their definition: each framework's own 1-GPU run only.
+    assert combined["efficiency"].isna().sum() > 0
+
+
 def test_forty_frameworks_have_forty_colours_that_the_eye_tells_apart():
     # Any number of frameworks, not a hand-kept list of 17 that an 18th would
     # silently wrap around: 40 made-up ones (places 0-39 of a registry).
