@@ -14,6 +14,7 @@ import pandas as pd
 from trainscale.analysis import outputs as out
 from trainscale.analysis.plotting import (
     THROUGHPUT,
+    bars,
     finish,
     framework_style,
     host_series,
@@ -128,17 +129,16 @@ def efficiency(combined: pd.DataFrame, paths: list[str], note=None):
 
 
 def frameworks(combined: pd.DataFrame, paths: list[str], note=None):
-    """Table I as a plot: frameworks on one node vs GPUs."""
+    """Table I as a plot: on one host, a bar per framework (and its own knobs)
+    and GPU count, in the registry's order, its spread as an error bar."""
     part = combined[combined["nodes"] == 1]
-    part = part.assign(order=[series_order(s) + (s,) for s in part["series"]])
-    fig, panels = plot(
-        part,
-        "gpus_per_node",
-        "order",
-        lambda order: series_label(order[-1]),
-        "GPUs (one host)",
-        THROUGHPUT,
-    )
+    counts = sorted(set(part["gpus_per_node"]))
+    fig, panels = panels_of(part)
+    for ax, variant in panels:
+        if not variant.empty:
+            names = sorted(set(variant["series"]), key=series_order)
+            bars(ax, variant, names, counts, "gpus_per_node")
+        ax.set(ylabel=THROUGHPUT)
     names = sorted(set(part["series"]), key=series_order)
     title = (
         " vs ".join(series_label(s) for s in names)

@@ -171,6 +171,34 @@ def lines(ax, frame, x, hue, label, y="images_per_sec_mean", err="images_per_sec
         )
 
 
+# A bar's GPU count, where bars of several counts stand side by side.
+HATCHES = ("", "//", "..", "xx", "\\\\", "++", "--", "||", "oo", "**")
+
+
+def bars(ax, frame: pd.DataFrame, names: list[str], counts: list[int], x: str) -> None:
+    """A group of bars per series of `names` (in that order, each in its
+    framework's colour), one bar per value of `x` in `counts`, hatched by
+    it; the spread as an error bar. The legend says which hatch is which."""
+    width = 0.8 / len(counts)
+    for i, count in enumerate(counts):
+        rows = frame[frame[x] == count].set_index("series")
+        offset = (i - (len(counts) - 1) / 2) * width
+        for j, name in enumerate(names):
+            if name in rows.index:
+                row = rows.loc[name]
+                colour = framework_style(row["framework"])["color"]
+                ax.bar(j + offset, row["images_per_sec_mean"], width, color=colour,
+                       yerr=row["images_per_sec_std"], capsize=3, hatch=HATCHES[i % len(HATCHES)],
+                       edgecolor="white", linewidth=0)  # fmt: skip
+        key = plt.Rectangle((0, 0), 0, 0, facecolor="lightgray", edgecolor="dimgray")
+        key.set(hatch=HATCHES[i % len(HATCHES)], label=plural(count, "GPU"))
+        ax.add_patch(key)
+    ax.set_xticks(range(len(names)), [series_label(name) for name in names])
+    ax.tick_params(axis="x", labelrotation=30)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+
+
 # Per figure: each framework's line labels, in the order first drawn, and
 # where each goes in the legend (registry order, then that order).
 _variants: dict[str, dict[str, int]] = {}
