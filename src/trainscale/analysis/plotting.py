@@ -177,19 +177,28 @@ HATCHES = ("", "//", "..", "xx", "\\\\", "++", "--", "||", "oo", "**")
 
 def bars(ax, frame: pd.DataFrame, names: list[str], counts: list[int], x: str) -> None:
     """A group of bars per series of `names` (in that order, each in its
-    framework's colour), one bar per value of `x` in `counts`, hatched by
-    it; the spread as an error bar. The legend says which hatch is which."""
+    framework's colour): one bar per value of `x` it has, hatched by that
+    value's place in `counts`, the group centred on its tick; the spread as
+    an error bar. The legend says which hatch is which."""
     width = 0.8 / len(counts)
+    for j, name in enumerate(names):
+        rows = frame[frame["series"] == name].sort_values(x)
+        colour = framework_style(rows["framework"].iloc[0])["color"]
+        for i, row in enumerate(rows.itertuples(index=False)):
+            offset = (i - (len(rows) - 1) / 2) * width
+            hatch = HATCHES[counts.index(getattr(row, x)) % len(HATCHES)]
+            ax.bar(
+                j + offset,
+                row.images_per_sec_mean,
+                width,
+                yerr=row.images_per_sec_std,
+                color=colour,
+                hatch=hatch,
+                capsize=3,
+                edgecolor="white",
+                linewidth=0,
+            )
     for i, count in enumerate(counts):
-        rows = frame[frame[x] == count].set_index("series")
-        offset = (i - (len(counts) - 1) / 2) * width
-        for j, name in enumerate(names):
-            if name in rows.index:
-                row = rows.loc[name]
-                colour = framework_style(row["framework"])["color"]
-                ax.bar(j + offset, row["images_per_sec_mean"], width, color=colour,
-                       yerr=row["images_per_sec_std"], capsize=3, hatch=HATCHES[i % len(HATCHES)],
-                       edgecolor="white", linewidth=0)  # fmt: skip
         key = plt.Rectangle((0, 0), 0, 0, facecolor="lightgray", edgecolor="dimgray")
         key.set(hatch=HATCHES[i % len(HATCHES)], label=plural(count, "GPU"))
         ax.add_patch(key)
