@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3.11
 TRAIN_VENV ?= .venv-train
-# The torch frameworks' training environment (trainscale.study.registry: torch_env).
+# The torch frameworks' training environment (trainscale.catalogue.registry: torch_env).
 TORCH_VENV ?= .venv-torch
 VENV ?= .venv
 DEMO_DIR ?= results/demo-harness

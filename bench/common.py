@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trainscale.study.settings import RunSettings
+    from trainscale.catalogue.settings import RunSettings
 
 
 def interleaved_blocks(blocks: dict, rounds: int) -> dict[str, list[float]]:

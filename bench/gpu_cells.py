@@ -16,14 +16,14 @@ import torch
 import torch.nn.functional as F
 from common import median, ratio_interval
 
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.settings import RunSettings
 from trainscale.core.gpu_monitor import GpuMonitor, nvml_monitor
 from trainscale.core.ports import free_ports
 from trainscale.frameworks import backend_class
 from trainscale.harness.flops import utilisation
 from trainscale.harness.torch_models import build_torch_model
 from trainscale.harness.training import device_name
-from trainscale.study.options import RunOptions
-from trainscale.study.settings import RunSettings
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

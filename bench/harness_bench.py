@@ -31,6 +31,9 @@ from common import (  # noqa: E402
     timed_block,
 )
 
+from trainscale.catalogue.options import RunOptions  # noqa: E402
+from trainscale.catalogue.registry import REGISTRY  # noqa: E402
+from trainscale.catalogue.settings import RunSettings  # noqa: E402
 from trainscale.core.datasets import generate_cifar100, load_dataset  # noqa: E402
 from trainscale.frameworks import backend_class  # noqa: E402
 from trainscale.frameworks.tensorflow.strategies import create_framework  # noqa: E402
@@ -42,9 +45,6 @@ from trainscale.frameworks.tensorflow.tf_backend import (  # noqa: E402
 from trainscale.harness.backend import Topology  # noqa: E402
 from trainscale.harness.data import image_dataset  # noqa: E402
 from trainscale.harness.models import build_model  # noqa: E402
-from trainscale.study.options import RunOptions  # noqa: E402
-from trainscale.study.registry import REGISTRY  # noqa: E402
-from trainscale.study.settings import RunSettings  # noqa: E402
 
 
 def _framework_class(settings: RunSettings):

@@ -21,10 +21,10 @@ import sys
 
 from common import median, ratio_interval, timed_block
 
+from trainscale.catalogue.launch_kinds import free_ports
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.settings import RunSettings
 from trainscale.frameworks import backend_class
-from trainscale.study.launch_kinds import free_ports
-from trainscale.study.options import RunOptions
-from trainscale.study.settings import RunSettings
 
 BATCH = 32
 STEPS_PER_BLOCK = 6

@@ -63,7 +63,7 @@ def cross_ecosystem(train_python: str, torch_python: str, device: str) -> dict:
 
     from common import median, ratio_interval, run_framework
 
-    from trainscale.study.settings import RunSettings
+    from trainscale.catalogue.settings import RunSettings
 
     work = tempfile.mkdtemp(prefix="trainscale-bench-cross-")
     results = {}

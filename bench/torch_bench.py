@@ -30,11 +30,11 @@ import torch
 import torch.nn.functional as F
 from common import harness_against, median, one_replica_each, ratio_interval, run_framework
 
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.registry import REGISTRY
+from trainscale.catalogue.settings import RunSettings
 from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.harness.torch_models import build_torch_model
-from trainscale.study.options import RunOptions
-from trainscale.study.registry import REGISTRY
-from trainscale.study.settings import RunSettings
 
 
 def harness_step(settings: RunSettings):

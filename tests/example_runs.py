@@ -24,8 +24,8 @@ EXAMPLE_LOSS_TOLERANCE = 1e-5
 def example_cases():
     """Every example of every framework of each ecosystem this Python runs at
     least one of (trainscale.launching.examples.Example: framework, workload)."""
+    from trainscale.catalogue.registry import REGISTRY
     from trainscale.launching.examples import examples_of
-    from trainscale.study.registry import REGISTRY
 
     ecosystems = {spec.ecosystem for spec in REGISTRY if not spec.missing_module()}
     return [e for spec in REGISTRY if spec.ecosystem in ecosystems for e in examples_of(spec.name)]
@@ -41,7 +41,7 @@ def data_code(example) -> str:
     import ast
     import hashlib
 
-    from trainscale.study.registry import framework_spec
+    from trainscale.catalogue.registry import framework_spec
 
     with open(example.path()) as handle:
         tree = ast.parse(handle.read())
@@ -70,7 +70,7 @@ def example_replicas(framework: str, same_numbers: bool = False) -> int:
     """2 CPU replicas where the framework is distributed, else 1; and 1 where
     the run must give the same numbers twice (`same_numbers`) but an
     asynchronous framework's 2 workers update in whichever order they finish."""
-    from trainscale.study.registry import framework_spec
+    from trainscale.catalogue.registry import framework_spec
 
     spec = framework_spec(framework)
     return 1 if spec.one_device or (same_numbers and spec.asynchronous) else 2
@@ -80,8 +80,8 @@ def horovod_launcher(framework: str) -> list[str]:
     """horovodrun --gloo for a Horovod framework: the launcher the examples
     document, and here 6 s quicker to start than mpirun (tests/harness covers
     mpirun)."""
-    from trainscale.study.launch_kinds import HOROVOD
-    from trainscale.study.registry import framework_spec
+    from trainscale.catalogue.launch_kinds import HOROVOD
+    from trainscale.catalogue.registry import framework_spec
 
     return ["--horovod-launcher", "gloo"] if framework_spec(framework).launch is HOROVOD else []
 
@@ -140,7 +140,7 @@ def reference_framework(example) -> str:
     run it). An image example: one run per ecosystem and replica count, its
     one-device framework's or its first data-parallel one's; the equivalence
     tests hold every other framework's harness to those, step for step."""
-    from trainscale.study.registry import REGISTRY, framework_spec
+    from trainscale.catalogue.registry import REGISTRY, framework_spec
 
     spec = framework_spec(example.framework)
     if example.workload == "text":

@@ -141,9 +141,9 @@ def framework_run(run_store, cifar_dir: str, framework: str, replicas: int, *opt
     framework names its launcher (mpirun unless `options` say otherwise), so
     the same run has one key whoever asks; a driver's (Ray's) runs with a
     HOME and TMPDIR of its own, to see what it leaves there."""
-    from trainscale.study.launch_kinds import HOROVOD_LAUNCHER
-    from trainscale.study.registry import framework_spec
-    from trainscale.study.settings import reads_setting
+    from trainscale.catalogue.launch_kinds import HOROVOD_LAUNCHER
+    from trainscale.catalogue.registry import framework_spec
+    from trainscale.catalogue.settings import reads_setting
 
     if reads_setting(framework, HOROVOD_LAUNCHER.name) and "--horovod-launcher" not in options:
         options = ("--horovod-launcher", HOROVOD_LAUNCHER.default, *options)
@@ -218,11 +218,11 @@ def assert_horovod_elastic_went_on_alone(record: dict) -> None:
 
 
 def one_per_launch_kind(ecosystem: str) -> list[str]:
-    """The first framework of `ecosystem` for each launch kind (trainscale.study.launch_kinds):
+    """The first framework of `ecosystem` for each launch kind (trainscale.catalogue.launch_kinds):
     where a failure's handling is the launcher's, more of a kind prove nothing new.
     A kind is its class: torchrun's and DeepSpeed's differ only in the commands
     a user is shown, and start the same processes."""
-    from trainscale.study.registry import REGISTRY
+    from trainscale.catalogue.registry import REGISTRY
 
     first = {}
     for spec in REGISTRY:

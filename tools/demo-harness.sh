@@ -21,7 +21,7 @@ common=(--model vgg16 --image-size 32 --batch-size 32 --dataset cifar100
         --warmup-steps 2 --blocks 5 --steps-per-block 5)
 # One line per framework: its name, replicas, and its environment's config key.
 frameworks=$("$train_venv/bin/python" -c "
-from trainscale.study.registry import REGISTRY
+from trainscale.catalogue.registry import REGISTRY
 for spec in REGISTRY:
     print(spec.name, 1 if spec.one_device else 2, spec.environment)")
 while read -r framework replicas environment; do

@@ -23,12 +23,12 @@ from mkdocs.structure.files import File
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tools/ is in the root
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
+from trainscale.catalogue.options import OPTIONS  # noqa: E402
+from trainscale.catalogue.registry import REGISTRY  # noqa: E402
+from trainscale.catalogue.settings import all_settings, readers  # noqa: E402
 from trainscale.cli import build_parser  # noqa: E402
 from trainscale.core.setting import REQUIRED  # noqa: E402
-from trainscale.study.options import OPTIONS  # noqa: E402
-from trainscale.study.registry import REGISTRY  # noqa: E402
 from trainscale.study.schema import config_schema  # noqa: E402
-from trainscale.study.settings import all_settings, readers  # noqa: E402
 
 GENERATED = "Generated from the declarations when the site is built; edit those, not this page."
 
@@ -107,7 +107,7 @@ def frameworks_page() -> str:
         "",
         GENERATED,
         "",
-        "From `trainscale.study.registry`, in table order.",
+        "From `trainscale.catalogue.registry`, in table order.",
         "",
     ]
     for spec in REGISTRY:

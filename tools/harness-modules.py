@@ -16,7 +16,7 @@ import sys
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
 
-from trainscale.study.registry import REGISTRY  # noqa: E402
+from trainscale.catalogue.registry import REGISTRY  # noqa: E402
 
 
 def _path(module: str) -> str:

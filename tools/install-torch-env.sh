@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the PyTorch training environment (.venv-torch): torch (CPU wheel by
 # default), Horovod 0.28.1 compiled against it with its torch extension, and
-# the trainscale harness. The torch frameworks (trainscale.study.registry) run from it.
+# the trainscale harness. The torch frameworks (trainscale.catalogue.registry) run from it.
 #
 # Kept apart from .venv-train because torch and TensorFlow 2.15 pin different
 # things, and a Horovod build holds one framework's ABI.

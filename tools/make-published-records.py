@@ -16,8 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from trainscale.catalogue.settings import RunSettings  # noqa: E402
 from trainscale.core.records import atomic_write_json, record_head  # noqa: E402
-from trainscale.study.settings import RunSettings  # noqa: E402
 from trainscale.study.study import GridPoint, record_path  # noqa: E402
 
 PAPER = (

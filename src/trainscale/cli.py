@@ -11,13 +11,9 @@ import dataclasses
 import os
 import sys
 
-from trainscale.core.setting import add_argument
-from trainscale.launching.run_point import run_point
-from trainscale.launching.train_process import train_process
-from trainscale.network.probe import TRANSPORTS, probe_parser, run_probe
-from trainscale.study.options import OPTIONS, RunOptions, validate_options
-from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec
-from trainscale.study.settings import (
+from trainscale.catalogue.options import OPTIONS, RunOptions, validate_options
+from trainscale.catalogue.registry import FRAMEWORKS, REGISTRY, framework_spec
+from trainscale.catalogue.settings import (
     SETTING,
     RunSettings,
     SettingsError,
@@ -25,6 +21,10 @@ from trainscale.study.settings import (
     validate,
     with_global_batch,
 )
+from trainscale.core.setting import add_argument
+from trainscale.launching.run_point import run_point
+from trainscale.launching.train_process import train_process
+from trainscale.network.probe import TRANSPORTS, probe_parser, run_probe
 
 
 class _Parser(argparse.ArgumentParser):

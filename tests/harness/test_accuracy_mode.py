@@ -18,8 +18,8 @@ from runs import make_mnist_dir
 CHECK = """
 import json, sys
 import numpy as np
-from trainscale.study.options import RunOptions
-from trainscale.study.settings import RunSettings
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.settings import RunSettings
 from trainscale.frameworks import backend_class
 
 settings = RunSettings(

@@ -179,8 +179,8 @@ def test_horovodrun_passes_every_rank_command_through_whole(monkeypatch):
 
     import horovod.runner.launch as horovodrun
 
-    from trainscale.study.launch_kinds import horovod_command
-    from trainscale.study.settings import RunSettings
+    from trainscale.catalogue.launch_kinds import horovod_command
+    from trainscale.catalogue.settings import RunSettings
 
     train = [sys.executable, "-m", "trainscale", "train"]
     train += RunSettings(framework="horovod", network="eth", system="a").to_cli_args()
@@ -198,7 +198,7 @@ def test_horovodrun_passes_every_rank_command_through_whole(monkeypatch):
 def test_mpirun_lets_cpu_ranks_yield_while_they_wait():
     # Busy polling takes a core from a CPU rank's own threads (bench/README.md);
     # a GPU rank's cores are free, and polling answers soonest.
-    from trainscale.study.launch_kinds import horovod_command
+    from trainscale.catalogue.launch_kinds import horovod_command
 
     yielding = ["--mca", "mpi_yield_when_idle", "1"]
 

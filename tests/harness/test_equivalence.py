@@ -20,7 +20,7 @@ from runs import (
 )
 from test_frameworks import CASES, launcher_options
 
-from trainscale.study.registry import framework_spec
+from trainscale.catalogue.registry import framework_spec
 
 # Measured on this code: largest difference 7.5e-09 for the three of issue 2
 # (its closing note, one timed step); the bound leaves room for other CPUs'

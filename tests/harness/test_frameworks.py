@@ -9,10 +9,10 @@ import socket
 import pytest
 from runs import GLOBAL_BATCH, framework_run
 
+from trainscale.catalogue.launch_kinds import HOROVOD_LAUNCHER
+from trainscale.catalogue.registry import REGISTRY, framework_spec
+from trainscale.catalogue.settings import RunSettings, reads_setting
 from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS, forward_flops_per_image
-from trainscale.study.launch_kinds import HOROVOD_LAUNCHER
-from trainscale.study.registry import REGISTRY, framework_spec
-from trainscale.study.settings import RunSettings, reads_setting
 
 
 def _cases():

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from trainscale.catalogue.settings import SettingsError
 from trainscale.harness.models import build_model
-from trainscale.study.settings import SettingsError
 
 
 def _parameters(model) -> int:

@@ -67,8 +67,8 @@ TIME_LIMIT = (
 def test_a_job_lost_without_a_record_is_recorded_from_its_logs(
     tmp_path, slurm_log, status, first_line
 ):
+    from trainscale.catalogue.settings import RunSettings
     from trainscale.core.records import lost_job_record
-    from trainscale.study.settings import RunSettings
 
     settings = RunSettings(framework="horovod", nodes=2, batch_size=16, model="small_cnn")
     run_log = tmp_path / "n2g1r1.log"

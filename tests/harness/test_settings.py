@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from trainscale.study.options import RunOptions
-from trainscale.study.settings import (
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.settings import (
     RunSettings,
     SettingsError,
     validate,
@@ -165,8 +165,8 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
 
 
 def test_a_parameter_server_run_is_one_srun_step_of_roles_in_task_order(monkeypatch):
+    from trainscale.catalogue.parameter_server_kind import SERVE
     from trainscale.launching.launch import process_plan, run_role
-    from trainscale.study.parameter_server_kind import SERVE
 
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     s = RunSettings(framework="tf-ps", nodes=2, gpus_per_node=1, ps_servers=2, device="cpu")
@@ -253,8 +253,8 @@ def test_run_plan_ends_the_processes_that_serve_once_the_others_have_ended():
     import sys
     import time
 
+    from trainscale.catalogue.launch_kinds import Process
     from trainscale.launching.launch import run_plan
-    from trainscale.study.launch_kinds import Process
 
     python = sys.executable
     chief = Process([python, "-c", "import time; time.sleep(1)"], {})
@@ -272,8 +272,8 @@ def test_run_plan_ends_the_processes_that_serve_once_the_others_have_ended():
 def test_a_process_the_run_does_not_need_may_fail_and_the_run_goes_on():
     import sys
 
+    from trainscale.catalogue.launch_kinds import Process
     from trainscale.launching.launch import run_plan
-    from trainscale.study.launch_kinds import Process
 
     python = sys.executable
     # An elastic framework's second agent, lost: the first goes on and ends well.

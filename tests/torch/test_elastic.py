@@ -22,7 +22,7 @@ RUN = [
     "--gpus-per-node", "2", "--batch-size", "8", "--warmup-steps", "2", "--blocks", "6",
     "--steps-per-block", "5",
     # A stalled attempt fails in 20 s, not 300 (none stalled in 16 runs once
-    # the rendezvous had a store per round: trainscale.study.elastic_kinds).
+    # the rendezvous had a store per round: trainscale.catalogue.elastic_kinds).
     "--collective-timeout", "20",
 ]  # fmt: skip
 IMAGES = 6 * 5 * 8 * 2  # every block once, at 2 ranks

@@ -19,7 +19,7 @@ from runs import (
     framework_run,
 )
 
-from trainscale.study.registry import REGISTRY
+from trainscale.catalogue.registry import REGISTRY
 
 MODEL_PARALLEL = [s.name for s in REGISTRY if s.splits_model]
 

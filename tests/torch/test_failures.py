@@ -22,9 +22,9 @@ from run_processes import (
 )
 from runs import TRAINSCALE, load_json, make_mnist_dir, one_per_launch_kind, trainscale
 
+from trainscale.catalogue.launch_kinds import RAY
+from trainscale.catalogue.registry import framework_spec
 from trainscale.core.supervision import OOM_SIGNS, OWN_OOM_SIGN
-from trainscale.study.launch_kinds import RAY
-from trainscale.study.registry import framework_spec
 
 pytestmark = pytest.mark.slow
 

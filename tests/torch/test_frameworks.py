@@ -10,8 +10,8 @@ from runs import (
     trainscale,
 )
 
-from trainscale.study.launch_kinds import RAY
-from trainscale.study.registry import REGISTRY, framework_spec
+from trainscale.catalogue.launch_kinds import RAY
+from trainscale.catalogue.registry import REGISTRY, framework_spec
 
 TORCH_FRAMEWORKS = [spec.name for spec in REGISTRY if spec.ecosystem == "torch"]
 # Each framework's shared run (runs.framework_run), whose weights

@@ -18,9 +18,9 @@ import torch
 from runs import _write_python_docs_wikitext_2, assert_trains_to_a_perplexity, load_json, trainscale
 from torch.utils.flop_counter import FlopCounterMode
 
+from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.core.gpt import GPT_SHAPES, parameter_count, training_flops_per_token
 from trainscale.harness.torch_models import build_torch_model
-from trainscale.study.settings import RunSettings, SettingsError, validate
 
 SEQ_LEN, VOCABULARY = 16, 96
 

@@ -16,10 +16,10 @@ import subprocess
 import pytest
 import torch
 
+from trainscale.catalogue.models import IMAGE_MODELS, MODELS, TORCH_MODELS
+from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.frameworks.torch.torch_backend import torch_forward_flops_per_image
 from trainscale.harness.torch_models import build_torch_model
-from trainscale.study.models import IMAGE_MODELS, MODELS, TORCH_MODELS
-from trainscale.study.settings import RunSettings, SettingsError, validate
 
 SIZES = (32, 224)
 TORCH_IMAGE_MODELS = [name for name in TORCH_MODELS if name in IMAGE_MODELS]

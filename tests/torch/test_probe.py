@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from runs import load_json, trainscale
 
+from trainscale.catalogue.registry import REGISTRY
+from trainscale.catalogue.settings import RunSettings
 from trainscale.network.bandwidth import message_sizes
 from trainscale.network.probe import TRANSPORTS
 from trainscale.network.probe_ranks import collective_sizes
-from trainscale.study.registry import REGISTRY
-from trainscale.study.settings import RunSettings
 
 LARGEST = 2**20
 # The ping-pong test's largest message: with another test's ranks on both

@@ -76,7 +76,7 @@ def test_every_knob_is_an_axis_of_the_grid_and_of_a_constraint():
 
 
 def test_a_study_that_leaves_settings_out_measures_their_defaults():
-    from trainscale.study.settings import RunSettings
+    from trainscale.catalogue.settings import RunSettings
     from trainscale.study.study import run_settings
 
     config = validate_config(base(), SCHEMA)

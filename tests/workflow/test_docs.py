@@ -13,9 +13,9 @@ from html.parser import HTMLParser
 import pytest
 from conftest import REPO
 
-from trainscale.study.options import OPTIONS
-from trainscale.study.registry import REGISTRY
-from trainscale.study.settings import all_settings
+from trainscale.catalogue.options import OPTIONS
+from trainscale.catalogue.registry import REGISTRY
+from trainscale.catalogue.settings import all_settings
 
 MKDOCS = os.path.join(os.path.dirname(sys.executable), "mkdocs")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

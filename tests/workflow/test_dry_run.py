@@ -84,9 +84,9 @@ def test_environment_check_node_or_none_leaves_the_login_side_silent(clone):
 def test_the_node_checks_line_is_the_record_of_its_failure(tmp_path):
     # The job's log has the check's own line; SLURM's log has the job's shell
     # command too, which quotes the same words: the record takes the line.
+    from trainscale.catalogue.settings import RunSettings
     from trainscale.core.records import lost_job_record
     from trainscale.study.jobs import node_environment_check
-    from trainscale.study.settings import RunSettings
 
     command = node_environment_check(".venv-absent/bin/trainscale")
     job_log, slurm_log = tmp_path / "job.log", tmp_path / "slurm.log"

@@ -3,8 +3,8 @@ on timelines written here; tests/torch/test_elastic.py writes real ones."""
 
 import pytest
 
+from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.core.faults import Fault, parse_fault, recovery_summary
-from trainscale.study.settings import RunSettings, SettingsError, validate
 
 
 def test_a_fault_is_parsed_from_its_one_line_form():

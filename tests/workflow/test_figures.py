@@ -24,8 +24,8 @@ from trainscale.analysis.figures import write_figures  # noqa: E402
 from trainscale.analysis.predict_report import write_predictions  # noqa: E402
 from trainscale.analysis.refactoring_report import write_refactoring  # noqa: E402
 from trainscale.analysis.tidy import COLUMNS, add_scaling, collect  # noqa: E402
+from trainscale.catalogue.registry import REGISTRY, table_order  # noqa: E402
 from trainscale.core.records import is_record_name  # noqa: E402
-from trainscale.study.registry import REGISTRY, table_order  # noqa: E402
 from trainscale.study.schema import config_schema, validate_config  # noqa: E402
 from trainscale.study.study import check_config, run_settings  # noqa: E402
 
@@ -214,7 +214,7 @@ def test_the_demos_efficiency_has_a_line_for_every_framework_against_a_base_it_n
     # single-device run (the seeds' base) each has, and its line says so.
     from trainscale.analysis.figures import against_a_base
     from trainscale.analysis.repeats import combine_repeats, ok_only
-    from trainscale.study.registry import base_of
+    from trainscale.catalogue.registry import base_of
 
     combined = ok_only(combine_repeats(demo_tidy()))
     frame = against_a_base(combined)

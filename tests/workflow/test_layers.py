@@ -9,8 +9,8 @@ import os
 from conftest import REPO
 
 from trainscale import LAYERS
-from trainscale.study.parameter_server_kind import SERVE
-from trainscale.study.registry import REGISTRY
+from trainscale.catalogue.parameter_server_kind import SERVE
+from trainscale.catalogue.registry import REGISTRY
 
 SRC = os.path.join(REPO, "src")
 # The modules that import a module named at run time, and what they may name:

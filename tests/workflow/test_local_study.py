@@ -16,7 +16,7 @@ from conftest import (
     train_jobs,
 )
 
-from trainscale.study.registry import framework_spec, label
+from trainscale.catalogue.registry import framework_spec, label
 from trainscale.study.study import parse_knobs
 
 STUDY = {

@@ -46,7 +46,7 @@ from trainscale.analysis.plotting import framework_style
 from trainscale.analysis.refactoring import measure
 from trainscale.cli import build_parser
 from trainscale.launching.examples import examples_of
-from trainscale.study.registry import FRAMEWORKS
+from trainscale.catalogue.registry import FRAMEWORKS
 from trainscale.study.schema import config_schema
 styles = {f: str(framework_style(f)) for f in FRAMEWORKS}
 schema = json.dumps(config_schema("workflow/schemas/config.schema.yaml"))
@@ -63,7 +63,7 @@ print(json.dumps({
 
 def add_the_framework(repo: str) -> None:
     """The three things a framework is: its entry, its module, its example."""
-    registry = os.path.join(repo, "src", "trainscale", "study", "registry.py")
+    registry = os.path.join(repo, "src", "trainscale", "catalogue", "registry.py")
     with open(registry) as handle:
         text = handle.read()
     end = text.index("\n)\nFRAMEWORKS = ")  # the registry's closing parenthesis

@@ -24,6 +24,7 @@ from trainscale.analysis.refactoring import (
     stand_in_free,
 )
 from trainscale.analysis.refactoring_report import write_refactoring
+from trainscale.catalogue.registry import FRAMEWORKS, REGISTRY, base_of, framework_spec
 from trainscale.launching.examples import (
     EXAMPLES_DIR,
     WORKLOADS,
@@ -32,7 +33,6 @@ from trainscale.launching.examples import (
     examples_of,
     user_launch,
 )
-from trainscale.study.registry import FRAMEWORKS, REGISTRY, base_of, framework_spec
 
 EXAMPLES = [example for framework in FRAMEWORKS for example in examples_of(framework)]
 IDS = [example.name for example in EXAMPLES]

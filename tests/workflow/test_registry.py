@@ -1,4 +1,4 @@
-"""One framework registry that everything else reads (trainscale.study.registry), and
+"""One framework registry that everything else reads (trainscale.catalogue.registry), and
 settings declared once (trainscale.core.setting): what a new framework or knob
 touches, checked."""
 
@@ -14,9 +14,9 @@ from test_analysis import row
 from trainscale.analysis.repeats import combine_repeats
 from trainscale.analysis.tables import cross_ecosystem_table, efficiency_table
 from trainscale.analysis.tidy import series_order
-from trainscale.study import settings
-from trainscale.study.registry import FRAMEWORKS, REGISTRY, framework_spec, label, table_order
-from trainscale.study.settings import RunSettings, SettingsError, validate
+from trainscale.catalogue import settings
+from trainscale.catalogue.registry import FRAMEWORKS, REGISTRY, framework_spec, label, table_order
+from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 
 # The source a knob may be named in (tests, docs and study configs aside).
 SOURCE = ["src", "workflow", "Snakefile", "bench", "tools", "Makefile"]

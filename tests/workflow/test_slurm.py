@@ -20,7 +20,7 @@ from conftest import snakemake, train_jobs
 from lab_studies import assert_hosts_follow, records, study_config
 from runs import show_in_the_log
 
-from trainscale.study.registry import REGISTRY, framework_spec
+from trainscale.catalogue.registry import REGISTRY, framework_spec
 
 # One lab on this machine: its tests share one pytest-xdist worker.
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-lab")]

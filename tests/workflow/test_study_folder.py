@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, load_yaml
 
-from trainscale.study.settings import RunSettings
+from trainscale.catalogue.settings import RunSettings
 from trainscale.study.study import ConfigError, expand_grid, record_path
 from trainscale.study.study_folder import (
     HISTORY,

@@ -6,9 +6,9 @@ import zipfile
 import numpy as np
 import pytest
 
+from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.core.datasets import DATASETS, DataError
 from trainscale.core.text_data import python_docs_articles, token_windows, write_python_docs
-from trainscale.study.settings import RunSettings, SettingsError, validate
 
 TEXT = {"train": " = Zürich = \n\nA city on a lake.\n", "valid": "Held out.\n", "test": "Unseen.\n"}
 

@@ -32,7 +32,12 @@ from trainscale.study.jobs import (
     train_environment,
 )
 from trainscale.study.schema import config_schema, validate_config
-from trainscale.study.registry import FRAMEWORKS, base_of, framework_spec, table_order
+from trainscale.catalogue.registry import (
+    FRAMEWORKS,
+    base_of,
+    framework_spec,
+    table_order,
+)
 from trainscale.core.records import record_paths
 from trainscale.network.probe import (
     PROBE_PATTERN,

@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from trainscale.analysis.outputs import CONTAINERS
+from trainscale.catalogue.settings import RunSettings
 from trainscale.core.records import read_record
 from trainscale.launching.containers import BARE
 from trainscale.network.probe import probe_container, read_probes, transport_of
-from trainscale.study.settings import RunSettings
 
 # What makes two runs the same point but for the container. The table and the
 # figure name model, batch and network only where the study varies them.

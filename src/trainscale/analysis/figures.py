@@ -29,11 +29,11 @@ from trainscale.analysis.plotting import (
 )
 from trainscale.analysis.predict_series import series_rows
 from trainscale.analysis.tidy import series_label, series_order
+from trainscale.catalogue.registry import FRAMEWORKS, base_of, framework_spec
+from trainscale.catalogue.registry import label as framework_label
 from trainscale.core.gpt import TEXT_MODELS
 from trainscale.core.records import atomic_path
 from trainscale.launching.examples import WORKLOADS
-from trainscale.study.registry import FRAMEWORKS, base_of, framework_spec
-from trainscale.study.registry import label as framework_label
 
 
 def _weak_scaling(combined, framework, paths, note, x, line_of, xlabel, line_label, over):

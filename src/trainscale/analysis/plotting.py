@@ -18,8 +18,8 @@ import seaborn as sns  # noqa: E402
 
 from trainscale.analysis.tables import PANEL  # noqa: E402
 from trainscale.analysis.tidy import series_label  # noqa: E402
+from trainscale.catalogue.registry import FRAMEWORKS, table_order  # noqa: E402
 from trainscale.core.records import atomic_path  # noqa: E402
-from trainscale.study.registry import FRAMEWORKS, table_order  # noqa: E402
 
 THROUGHPUT = "Throughput (images/sec, all GPUs)"
 # Filled markers: a framework's own; open ones mark its variants (variant_style).

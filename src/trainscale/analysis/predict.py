@@ -8,7 +8,7 @@ knobs), a step on `nodes` x `gpus` replicas (p = nodes * gpus) takes
     compute   = batch / (the 1-GPU run's images/sec)      (no communication there)
     exposed   = max(0, exchange - overlap * backward)     backward = 2/3 of compute
     exchange  = what the framework moves per step, as its registry entry says
-                (trainscale.study.traffic.Traffic): f ring passes over B bytes (trainable
+                (trainscale.catalogue.traffic.Traffic): f ring passes over B bytes (trainable
                 parameters x bytes per element on the wire: 2 with fp16
                 compression, else 4); an all-reduce of the gradient is f = 2,
                 ZeRO-3 and FSDP (all-gather in forward and in backward,
@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainscale.study.registry import label
+from trainscale.catalogue.registry import label
 
 ALGORITHMS = ("ring", "hierarchical")
 # What a series whose framework's traffic is a parameter server's is fitted with.
@@ -115,9 +115,11 @@ class Series:
     knobs: str
     gradient_bytes: int
     cells: tuple[Cell, ...]
-    passes: float = 2.0  # ring passes over the gradient per step (trainscale.study.traffic.Traffic)
+    # Ring passes over the gradient per step (trainscale.catalogue.traffic.Traffic).
+    passes: float = 2.0
     refused: str = ""  # why the model cannot say what a step moves ("" if it can)
-    servers: int = 0  # a parameter server's servers (trainscale.study.traffic.Traffic); 0: a ring
+    # A parameter server's servers (trainscale.catalogue.traffic.Traffic); 0: a ring.
+    servers: int = 0
     # Where the compute time comes from when not the series' own 1-GPU cells:
     # one parameter-server worker still exchanges with its servers, so its
     # ecosystem's single device's cells (the same model and batch) say it.

@@ -20,8 +20,8 @@ import pandas as pd
 
 from trainscale.analysis.predict import Series
 from trainscale.analysis.predict_series import series_rows
-from trainscale.study.registry import framework_spec, label
-from trainscale.study.settings import reads_setting
+from trainscale.catalogue.registry import framework_spec, label
+from trainscale.catalogue.settings import reads_setting
 from trainscale.study.study import join_knobs, parse_knobs
 
 

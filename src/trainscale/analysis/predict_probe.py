@@ -33,9 +33,9 @@ import pandas as pd
 
 from trainscale.analysis.outputs import PREDICTED_VS_PROBE
 from trainscale.analysis.predict import Cell, PredictError, Series, StepModel, best_fit
+from trainscale.catalogue.registry import framework_spec
+from trainscale.catalogue.settings import SETTING, RunSettings
 from trainscale.network.probe import probe_container, read_probes
-from trainscale.study.registry import framework_spec
-from trainscale.study.settings import SETTING, RunSettings
 from trainscale.study.study import parse_knobs
 
 AGREEMENT_FACTOR = 2.0

@@ -30,7 +30,7 @@ from trainscale.analysis.predict import (
 from trainscale.analysis.predict_crossover import crossover_table, shown_crossover
 from trainscale.analysis.predict_probe import with_probed_links
 from trainscale.analysis.predict_series import holdout_split, study_series
-from trainscale.study.registry import framework_spec, label
+from trainscale.catalogue.registry import framework_spec, label
 
 
 def _feasible(series: Series, nodes: list[int], gpus_per_node: list[int]):

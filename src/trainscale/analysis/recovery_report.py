@@ -24,8 +24,8 @@ import math
 import pandas as pd
 
 from trainscale.analysis.outputs import GOODPUT, RECOVERY
+from trainscale.catalogue.registry import label, table_order
 from trainscale.core.records import read_record
-from trainscale.study.registry import label, table_order
 
 # Failure rates the goodput table is worked out for (minutes between failures):
 # Llama 3's 405B pre-training saw one every three hours or so.

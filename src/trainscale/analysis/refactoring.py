@@ -35,12 +35,12 @@ import re
 import tokenize
 from dataclasses import dataclass
 
-from trainscale.launching.examples import EXAMPLES_DIR, Example, user_launch
-from trainscale.study.registry import (
+from trainscale.catalogue.registry import (
     REGISTRY,
     framework_modules,
     framework_spec,
 )
+from trainscale.launching.examples import EXAMPLES_DIR, Example, user_launch
 
 STAND_IN_BEGIN = "# >>> CPU stand-in"
 STAND_IN_END = "# <<< CPU stand-in"

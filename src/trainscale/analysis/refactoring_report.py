@@ -11,8 +11,8 @@ import os
 
 from trainscale.analysis.outputs import REFACTORING, TABLE_FORMATS
 from trainscale.analysis.refactoring import Refactoring, measure, read_text
+from trainscale.catalogue.registry import framework_spec, label, table_order
 from trainscale.launching.examples import EXAMPLES_DIR, WORKLOADS, Example, examples_of
-from trainscale.study.registry import framework_spec, label, table_order
 
 
 def refactoring_frame(measured: list[Refactoring]):

@@ -18,8 +18,8 @@ from trainscale.analysis.outputs import (
 from trainscale.analysis.rendering import write_table
 from trainscale.analysis.repeats import combine_repeats, ok_only, reference_combined
 from trainscale.analysis.tidy import load_tidy, series_label, series_order
-from trainscale.study.registry import REGISTRY, table_order
-from trainscale.study.registry import label as framework_label
+from trainscale.catalogue.registry import REGISTRY, table_order
+from trainscale.catalogue.registry import label as framework_label
 from trainscale.study.study import KNOB_AXES, join_knobs, parse_knobs
 
 

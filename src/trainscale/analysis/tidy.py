@@ -21,12 +21,12 @@ import os
 import numpy as np
 import pandas as pd
 
+from trainscale.catalogue.registry import label as framework_label
+from trainscale.catalogue.registry import table_order
+from trainscale.catalogue.settings import RunSettings, all_settings, panel_knobs, reads_setting
 from trainscale.core.gpt import GPT_SHAPES, parameter_count
 from trainscale.core.records import read_record
 from trainscale.core.setting import renamed
-from trainscale.study.registry import label as framework_label
-from trainscale.study.registry import table_order
-from trainscale.study.settings import RunSettings, all_settings, panel_knobs, reads_setting
 from trainscale.study.study import KNOB_AXES, GridPoint, join_knobs, knob_text, parse_knobs
 
 SETTING_DEFAULTS = {
@@ -81,7 +81,7 @@ def add_series(frame: pd.DataFrame) -> pd.DataFrame:
     """Split each row's knobs into where the tables and figures show them.
 
     `panel_knobs`: the knobs every framework of these records reads
-    (trainscale.study.settings.panel_knobs: precision; xla too when all are
+    (trainscale.catalogue.settings.panel_knobs: precision; xla too when all are
     TensorFlow's): a table block or figure panel each, like model and batch
     size, so frameworks are compared at equal settings. `series`: the
     framework plus the other knobs it reads ('<framework> <knob>=<value>',

@@ -10,9 +10,9 @@ one-line message (settings.validate), the RunSettings field and its default
 is the model.
 
 Where a setting is declared says who reads it: the settings every framework
-reads are declared in trainscale.study.settings; a knob only some frameworks read
-is declared in their registry entries (trainscale.study.registry), or on the
-launch kind that reads it (trainscale.study.launch_kinds). Imports nothing of
+reads are declared in trainscale.catalogue.settings; a knob only some frameworks read
+is declared in their registry entries (trainscale.catalogue.registry), or on the
+launch kind that reads it (trainscale.catalogue.launch_kinds). Imports nothing of
 trainscale, so all three can use it.
 """
 
@@ -42,7 +42,7 @@ class Setting:
     # Inclusive lower bound, or exclusive with `exclusive_minimum`.
     minimum: float | None = None
     exclusive_minimum: bool = False
-    # Who reads it, for settings declared in trainscale.study.settings: None for
+    # Who reads it, for settings declared in trainscale.catalogue.settings: None for
     # every framework, else framework or ecosystem names ("torch"). A knob
     # declared in registry entries is read by exactly those frameworks.
     readers: tuple[str, ...] | None = None

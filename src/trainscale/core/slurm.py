@@ -25,7 +25,7 @@ def srun_command(
     tasks: int = 0,
 ) -> list[str]:
     """The srun step of a grid point inside its SLURM job, before the launch
-    kind's own options (trainscale.study.launch_kinds).
+    kind's own options (trainscale.catalogue.launch_kinds).
 
     The job's shape (nodes, tasks, GPUs, CPUs per task) was set at submission
     from the grid point; the step asks for it again explicitly, because

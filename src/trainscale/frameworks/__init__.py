@@ -1,5 +1,5 @@
 """Each framework's training code, under its ecosystem: `tensorflow/` and
-`torch/`. A framework's registry entry (trainscale.study.registry) names its
+`torch/`. A framework's registry entry (trainscale.catalogue.registry) names its
 Backend class as "module:Class"; `backend_class` imports it, and only that
 ecosystem's modules, when a run starts."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from trainscale.study.registry import framework_spec
+from trainscale.catalogue.registry import framework_spec
 
 
 def backend_class(framework: str):

@@ -18,7 +18,7 @@ TensorFlow or torch sits behind a Backend, built once per process:
   memory, which `trainscale train` turns into an `oom` record;
   ran_out_of_memory() asks of one error, where the type alone cannot tell.
 
-trainscale.study.registry says where each framework's Backend is (`backend`);
+trainscale.catalogue.registry says where each framework's Backend is (`backend`);
 trainscale.harness.training imports that module only, so a torch run never imports
 TensorFlow and the other way round.
 """
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.settings import RunSettings
 from trainscale.core.slurm import horovod_env_from_slurm
-from trainscale.study.options import RunOptions
-from trainscale.study.settings import RunSettings
 
 
 class DeviceError(RuntimeError):

@@ -6,9 +6,9 @@ float32, which is numerically safer and is what mixed precision needs.
 
 from __future__ import annotations
 
+from trainscale.catalogue.models import MODEL_MIN_IMAGE_SIZE, MODELS
+from trainscale.catalogue.settings import SettingsError
 from trainscale.core.gpt import TEXT_MODELS
-from trainscale.study.models import MODEL_MIN_IMAGE_SIZE, MODELS
-from trainscale.study.settings import SettingsError
 
 
 def _applications_model(constructor_name: str, **extra):

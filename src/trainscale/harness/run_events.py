@@ -14,9 +14,9 @@ import sys
 import threading
 import time
 
+from trainscale.catalogue.elastic_kinds import AGENT_INDEX
 from trainscale.core import faults
 from trainscale.harness.backend import Backend
-from trainscale.study.elastic_kinds import AGENT_INDEX
 
 
 class RunEvents:

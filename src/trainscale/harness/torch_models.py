@@ -34,9 +34,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trainscale.catalogue.models import TORCH_MODELS
 from trainscale.core.gpt import TEXT_MODELS
 from trainscale.harness.torch_gpt import Gpt
-from trainscale.study.models import TORCH_MODELS
 
 VGG_BLOCKS = {
     "vgg16": ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)),

@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.settings import RunSettings
 from trainscale.core import records
 from trainscale.core.gpu_monitor import GpuMonitor, combine, nvml_monitor
 from trainscale.core.isolation import image_label
@@ -28,8 +30,6 @@ from trainscale.harness.epochs import train_epochs
 from trainscale.harness.flops import utilisation
 from trainscale.harness.progress import log, unit, who
 from trainscale.harness.run_events import RunEvents
-from trainscale.study.options import RunOptions
-from trainscale.study.settings import RunSettings
 
 
 class OutOfMemory(Exception):

@@ -20,8 +20,8 @@ import os
 import sys
 from dataclasses import dataclass
 
-from trainscale.study.launch_kinds import Plan
-from trainscale.study.registry import base_of, framework_spec
+from trainscale.catalogue.launch_kinds import Plan
+from trainscale.catalogue.registry import base_of, framework_spec
 
 # The checkout the package runs from: examples/ sits beside src/.
 # src/trainscale/launching/examples.py -> the checkout, four folders up.

@@ -1,6 +1,6 @@
 """`trainscale run`: start every process of one grid point and wait.
 
-The framework's launch kind (trainscale.study.launch_kinds) says which processes:
+The framework's launch kind (trainscale.catalogue.launch_kinds) says which processes:
 on a machine of its own, its local plan (mpirun or horovodrun --gloo for
 Horovod ranks, one TF_CONFIG worker or torch.distributed rank per process, or
 one process); more than one node is refused. Inside a SLURM job (what the
@@ -16,6 +16,10 @@ import sys
 import threading
 import time
 
+from trainscale.catalogue.launch_kinds import Plan, process_index
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.registry import framework_spec
+from trainscale.catalogue.settings import RunSettings, SettingsError
 from trainscale.core.records import LAUNCHED_AT
 from trainscale.core.slurm import in_slurm_job, slurm_watchdog
 from trainscale.core.supervision import (
@@ -28,10 +32,6 @@ from trainscale.core.supervision import (
     stop_all,
 )
 from trainscale.launching.containers import in_container, prepare_container
-from trainscale.study.launch_kinds import Plan, process_index
-from trainscale.study.options import RunOptions
-from trainscale.study.registry import framework_spec
-from trainscale.study.settings import RunSettings, SettingsError
 
 
 def _train_command(

@@ -8,8 +8,8 @@ import dataclasses
 import os
 import sys
 
-from trainscale.study.options import RunOptions
-from trainscale.study.settings import RunSettings, check_data_files
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.settings import RunSettings, check_data_files
 
 
 def own_log_tail(lines: int = 30) -> str:

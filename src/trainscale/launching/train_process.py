@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.registry import framework_spec
+from trainscale.catalogue.settings import RunSettings
 from trainscale.launching.launch import run_role
-from trainscale.study.options import RunOptions
-from trainscale.study.registry import framework_spec
-from trainscale.study.settings import RunSettings
 
 
 def train_process(settings: RunSettings, options: RunOptions) -> int:

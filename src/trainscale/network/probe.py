@@ -26,10 +26,10 @@ import json
 import os
 import sys
 
+from trainscale.catalogue.options import OPTION
+from trainscale.catalogue.settings import SETTING, RunSettings, SettingsError, validate
 from trainscale.core.records import atomic_write_json, host_provenance, utc_now
 from trainscale.core.setting import add_argument
-from trainscale.study.options import OPTION
-from trainscale.study.settings import SETTING, RunSettings, SettingsError, validate
 
 PROBE_SCHEMA = 1
 # (nodes, ranks per node) of each link a probe measures: the node's own, the
@@ -49,8 +49,8 @@ def _transports() -> dict[str, Transport]:
     """Each transport a launch kind can start, with the first framework in the
     registry that is started so and runs in the ecosystem the transport's
     ranks need (probe_ranks.RANKS: Horovod's are horovod.torch's)."""
+    from trainscale.catalogue.registry import REGISTRY
     from trainscale.network.probe_ranks import RANKS
-    from trainscale.study.registry import REGISTRY
 
     found: dict[str, Transport] = {}
     for spec in REGISTRY:
@@ -88,7 +88,7 @@ def study_probes(config: dict, points) -> list[ProbeJob]:
     its grid x each transport its frameworks talk over x each link of
     `probe.links` that a run crosses (the node's own where a point has 2 GPUs
     per node, the network where one spans 2 nodes)."""
-    from trainscale.study.registry import FRAMEWORKS
+    from trainscale.catalogue.registry import FRAMEWORKS
     from trainscale.study.study import run_settings
 
     probe = config.get("probe", {})
@@ -134,7 +134,7 @@ def probe_point(config: dict, job: ProbeJob):
 
 def transport_of(settings: RunSettings) -> str:
     """The transport a run's ranks talk over ("" if none is probed)."""
-    from trainscale.study.registry import framework_spec
+    from trainscale.catalogue.registry import framework_spec
 
     return framework_spec(settings.framework).launch.probe_transport(settings)
 
@@ -173,7 +173,7 @@ def probe_parser(commands) -> None:
     add_argument(p, OPTION["container_command"])
     p.add_argument("--largest-message-bytes", type=int, default=2**28)
     p.add_argument("--repetitions", type=int, default=20)
-    # As `trainscale run` declares them (trainscale.study.settings): the job's request.
+    # As `trainscale run` declares them (trainscale.catalogue.settings): the job's request.
     add_argument(p, OPTION["requested_gpus_per_node"])
     add_argument(p, OPTION["requested_cpus_per_task"])
     p.add_argument("--timeout", type=float, default=0, help="stop after this long (0: none)")

@@ -201,10 +201,10 @@ class TensorFlowRanks:
     def __init__(self, device: str, nodes: int, ranks_per_node: int):
         import tensorflow as tf
 
+        from trainscale.catalogue.options import RunOptions
+        from trainscale.catalogue.settings import RunSettings
         from trainscale.frameworks.tensorflow.strategies import MultiWorker
         from trainscale.harness.backend import Topology
-        from trainscale.study.options import RunOptions
-        from trainscale.study.settings import RunSettings
 
         settings = RunSettings(framework="tf-multiworker", nodes=nodes,
                                gpus_per_node=ranks_per_node, device=device)  # fmt: skip

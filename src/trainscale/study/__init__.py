@@ -1,2 +1,3 @@
-"""What a study is: every setting declared once, the framework registry, the
-launch kinds, the grid and its record paths, the study folder, the schema."""
+"""A study of what the catalogue can run: its config checked, the grid and
+its record paths, each job's shape and environment, the study folder, the
+schema, the workflow's hooks."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import shlex
 
+from trainscale.catalogue.registry import framework_spec
 from trainscale.core.faults import NODE_FAULT_COMMAND, parse_fault
 from trainscale.core.records import NODE_CHECK_FAILED
-from trainscale.study.registry import framework_spec
 from trainscale.study.study import GridPoint, run_settings
 
 

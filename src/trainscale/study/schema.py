@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import copy
 
+from trainscale.catalogue.settings import SETTING, all_settings
 from trainscale.core.setting import renamed
-from trainscale.study.settings import SETTING, all_settings
 from trainscale.study.study import SAFE_NAME, ConfigError
 
 

@@ -28,8 +28,8 @@ import re
 import shlex
 from dataclasses import dataclass, fields
 
-from trainscale.study.registry import FRAMEWORKS
-from trainscale.study.settings import (
+from trainscale.catalogue.registry import FRAMEWORKS
+from trainscale.catalogue.settings import (
     KNOB_AXES,
     SETTING,
     RunSettings,

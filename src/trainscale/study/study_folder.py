@@ -31,8 +31,8 @@ import os
 import shutil
 from dataclasses import dataclass, fields
 
+from trainscale.catalogue.settings import RunSettings
 from trainscale.core.records import atomic_path, atomic_write_text, record_paths
-from trainscale.study.settings import RunSettings
 from trainscale.study.study import (
     AXES,
     SAFE_NAME,

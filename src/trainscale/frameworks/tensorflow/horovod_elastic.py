@@ -13,6 +13,7 @@ with the step traced again for the new world's global batch.
 
 from __future__ import annotations
 
+from trainscale.catalogue.elastic_kinds import processes_on_machine
 from trainscale.frameworks.tensorflow.tf_backend import (
     TensorFlowBackend,
     build_train_step,
@@ -20,7 +21,6 @@ from trainscale.frameworks.tensorflow.tf_backend import (
 )
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod, _traceable, optimizer_variables
 from trainscale.harness.backend import batches_trained
-from trainscale.study.elastic_kinds import processes_on_machine
 
 
 class ElasticHorovod(Horovod):

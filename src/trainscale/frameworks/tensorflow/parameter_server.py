@@ -2,7 +2,7 @@
 as TensorFlow's parameter-server tutorial teaches it, and what its parameter
 servers and workers run.
 
-The run's processes have roles (trainscale.study.parameter_server_kind.ParameterServers):
+The run's processes have roles (trainscale.catalogue.parameter_server_kind.ParameterServers):
 the chief is the coordinator and runs the harness's loop; the parameter
 servers hold the variables, partitioned over them; each worker trains one
 replica. Training is ASYNCHRONOUS: the coordinator schedules functions of
@@ -24,6 +24,9 @@ import socket
 import sys
 import time
 
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.registry import framework_spec
+from trainscale.catalogue.settings import RunSettings
 from trainscale.core.slurm import slurm_port_base
 from trainscale.frameworks.tensorflow.strategies import (
     Framework,
@@ -31,9 +34,6 @@ from trainscale.frameworks.tensorflow.strategies import (
     on_this_network,
 )
 from trainscale.harness.backend import DeviceError
-from trainscale.study.options import RunOptions
-from trainscale.study.registry import framework_spec
-from trainscale.study.settings import RunSettings
 
 # Variables smaller than this stay whole on one server (the tutorial's choice).
 MIN_SHARD_BYTES = 256 << 10

@@ -25,11 +25,11 @@ import os
 
 import numpy as np
 
+from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.settings import RunSettings
 from trainscale.core.cpus import cpu_share
 from trainscale.core.slurm import slurm_port_base
 from trainscale.harness.backend import DeviceError, Topology
-from trainscale.study.options import RunOptions
-from trainscale.study.settings import RunSettings
 
 
 class Framework:

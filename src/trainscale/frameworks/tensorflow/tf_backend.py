@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from trainscale.catalogue.settings import RunSettings
 from trainscale.core.accuracy import evaluation_batches
 from trainscale.core.datasets import DATASETS
 from trainscale.frameworks.tensorflow.parameter_server import ParameterServer
@@ -26,7 +27,6 @@ from trainscale.harness.backend import Backend, horovod_versions
 from trainscale.harness.data import image_dataset, prepare_images, synthetic_dataset
 from trainscale.harness.flops import text_training_flops_per_example, training_flops_per_image
 from trainscale.harness.models import build_model
-from trainscale.study.settings import RunSettings
 
 _POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainscale.catalogue.elastic_kinds import world_size_error
 from trainscale.frameworks.tensorflow.strategies import Framework, configure_host, require_gpus
 from trainscale.harness.backend import DeviceError, horovod_wire_compression, init_horovod
-from trainscale.study.elastic_kinds import world_size_error
 
 
 class Horovod(Framework):

@@ -12,8 +12,8 @@ No process restarts, and no file is read.
 
 from __future__ import annotations
 
+from trainscale.catalogue.elastic_kinds import processes_on_machine
 from trainscale.frameworks.torch.horovod_torch import Horovod
-from trainscale.study.elastic_kinds import processes_on_machine
 
 
 class HorovodElastic(Horovod):

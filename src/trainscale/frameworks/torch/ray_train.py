@@ -35,10 +35,10 @@ import sys
 import tempfile
 import time
 
+from trainscale.catalogue.elastic_kinds import worker_range
+from trainscale.catalogue.launch_kinds import RAY
 from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
 from trainscale.frameworks.torch.torch_elastic import ElasticDistributedDataParallel as Elastic
-from trainscale.study.elastic_kinds import worker_range
-from trainscale.study.launch_kinds import RAY
 
 # Ray's sockets live below its temp folder, and a Unix socket path has at
 # most 107 bytes: a run folder deeper than this is reached by a short link.
@@ -96,10 +96,10 @@ class RayTrainDDP(DistributedDataParallel):
 
 def _worker(config: dict) -> None:
     """One Ray Train worker: trainscale's training function, as torch-ddp's ranks run it."""
+    from trainscale.catalogue.options import RunOptions
+    from trainscale.catalogue.settings import RunSettings
     from trainscale.core.supervision import mark_first_to_die
     from trainscale.harness.training import train
-    from trainscale.study.options import RunOptions
-    from trainscale.study.settings import RunSettings
 
     mark_first_to_die()  # the kernel's first choice, as every rank of torch-ddp is
     train(RunSettings(**config["settings"]), RayTrainDDP, RunOptions(**config["options"]))

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainscale.catalogue.elastic_kinds import world_size_error
 from trainscale.core.accuracy import evaluation_batches
 from trainscale.core.cpus import cpu_share
 from trainscale.core.datasets import DATASETS
@@ -41,7 +42,6 @@ from trainscale.harness.backend import Backend, DeviceError, batches_trained, ho
 from trainscale.harness.data import numpy_batches, synthetic_example_batch
 from trainscale.harness.flops import TRAINING_OVER_FORWARD, text_training_flops_per_example
 from trainscale.harness.torch_models import build_torch_model
-from trainscale.study.elastic_kinds import world_size_error
 
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

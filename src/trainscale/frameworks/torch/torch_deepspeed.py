@@ -4,7 +4,7 @@ deepspeed.initialize takes the same model and a torch optimizer (Adam with
 Keras's epsilon, or SGD: its JIT-compiled CPU Adam is never used) and returns
 its engine, which runs the update (engine.backward, engine.step) and its own
 precision: DeepSpeed's bf16 or fp16 config, with its dynamic loss scaler for
-fp16 (its CPU accelerator has no fp16: trainscale.study.registry refuses it up
+fp16 (its CPU accelerator has no fp16: trainscale.catalogue.registry refuses it up
 front). ZeRO's stage is --zero-stage; gradient accumulation is 1. DeepSpeed
 averages gradients over ranks, as DDP does (gradient_scale,
 trainscale.frameworks.torch.torch_distributed). The config a run used goes into its record.

@@ -5,7 +5,7 @@ measured rates, and leaving cleanly. A framework adds only how it builds its
 model and optimizer, and its update where it runs its own.
 
 One rank per replica: `trainscale run` gives each its RANK, WORLD_SIZE and a
-free MASTER_PORT (trainscale.study.launch_kinds); under srun each rank reads
+free MASTER_PORT (trainscale.catalogue.launch_kinds); under srun each rank reads
 SLURM's task variables and the launcher's MASTER_ADDR (the job's first host)
 and per-job port (trainscale.core.slurm). gloo on CPUs, NCCL on GPUs.
 """

@@ -17,12 +17,12 @@ import os
 
 import torch
 
-from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
-from trainscale.study.elastic_kinds import (
+from trainscale.catalogue.elastic_kinds import (
     ELASTIC_MAX_RESTARTS,
     ELASTIC_RENDEZVOUS,
     processes_on_machine,
 )
+from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
 
 
 class ElasticDistributedDataParallel(DistributedDataParallel):

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
+from trainscale.catalogue.knobs import pipeline_microbatches
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed
 from trainscale.harness.torch_gpt import keep_stage
-from trainscale.study.knobs import pipeline_microbatches
 
 
 class Pipeline(TorchDistributed):

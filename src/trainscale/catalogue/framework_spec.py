@@ -1,4 +1,4 @@
-"""The fields of a framework's registry entry (trainscale.study.registry),
+"""The fields of a framework's registry entry (trainscale.catalogue.registry),
 each with what it says and who reads it."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from trainscale.catalogue.launch_kinds import LaunchKind
+from trainscale.catalogue.traffic import Traffic, all_reduce_traffic
 from trainscale.core.setting import Setting
-from trainscale.study.launch_kinds import LaunchKind
-from trainscale.study.traffic import Traffic, all_reduce_traffic
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ record goes, the watchdog, the workflow's attempts. Declared as settings are
 
 from __future__ import annotations
 
+from trainscale.catalogue.settings import settings_dataclass
 from trainscale.core.setting import Setting
-from trainscale.study.settings import settings_dataclass
 
 
 class _RunOptions:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from trainscale.study.parameter_server_kind import PS_SERVERS
+from trainscale.catalogue.parameter_server_kind import PS_SERVERS
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The knobs only some frameworks read, declared once each (trainscale.core.setting),
 and what a step moves where that reads them; the registry's entries name them
-(trainscale.study.registry).
+(trainscale.catalogue.registry).
 
 Nothing here imports TensorFlow or torch.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from trainscale.catalogue.elastic_kinds import MIN_REPLICAS
+from trainscale.catalogue.traffic import Traffic, all_reduce_traffic, sharded_traffic
 from trainscale.core.setting import Setting
-from trainscale.study.elastic_kinds import MIN_REPLICAS
-from trainscale.study.traffic import Traffic, all_reduce_traffic, sharded_traffic
 
 
 # What a step moves where that reads a framework's own knobs (beside their
-# declarations below); the rest is trainscale.study.traffic.
+# declarations below); the rest is trainscale.catalogue.traffic.
 def fsdp_traffic(settings: Mapping) -> Traffic:
     # All-gather in forward, again in backward when forward resharded, and a
     # reduce-scatter of the gradients.

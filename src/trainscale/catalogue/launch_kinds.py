@@ -16,8 +16,8 @@ shapes and the examples ask it, and nothing switches on its name.
   first step); SlurmClusterResolver under SLURM;
 - PARAMETER_SERVERS: processes with roles (Role): a chief that drives the
   training loop, parameter servers and workers that serve until it ends
-  (trainscale.study.parameter_server_kind);
-- elastic kinds, whose agents survive a lost process: trainscale.study.elastic_kinds;
+  (trainscale.catalogue.parameter_server_kind);
+- elastic kinds, whose agents survive a lost process: trainscale.catalogue.elastic_kinds;
 - TorchDistributed (TORCHRUN, DEEPSPEED): one rank per replica, each told
   RANK, WORLD_SIZE, LOCAL_RANK and the first rank's MASTER_ADDR:MASTER_PORT,
   what torch.distributed's env:// rendezvous reads; under SLURM each rank
@@ -81,7 +81,7 @@ PROCESS_INDEX = "TRAINSCALE_PROCESS"
 class LaunchKind:
     name = ""
     # The settings only this launch kind reads; their readers are the
-    # frameworks it launches (trainscale.study.registry.readers).
+    # frameworks it launches (trainscale.catalogue.registry.readers).
     settings: tuple[Setting, ...] = ()
     # What a user types on one node of 4 GPUs and on two such nodes, with
     # {script} for the example ("" where the framework spans no nodes).

@@ -17,18 +17,18 @@ import dataclasses
 import hashlib
 import json
 
-from trainscale.core.datasets import DATASETS
-from trainscale.core.faults import FAULT_FORMS, NO_FAULT, check_fault
-from trainscale.core.gpt import GPT2_VOCABULARY, GPT_SHAPES, TEXT_MODELS
-from trainscale.core.setting import REQUIRED, Setting, SettingsError
-from trainscale.study.models import MODELS, check_model_input
-from trainscale.study.registry import (
+from trainscale.catalogue.models import MODELS, check_model_input
+from trainscale.catalogue.registry import (
     FRAMEWORKS,
     REGISTRY,
     framework_readers,
     framework_spec,
     knob_declarations,
 )
+from trainscale.core.datasets import DATASETS
+from trainscale.core.faults import FAULT_FORMS, NO_FAULT, check_fault
+from trainscale.core.gpt import GPT2_VOCABULARY, GPT_SHAPES, TEXT_MODELS
+from trainscale.core.setting import REQUIRED, Setting, SettingsError
 
 __all__ = ["SettingsError", "RunSettings", "validate"]
 
@@ -49,7 +49,7 @@ _POINT = dict(in_study=False, group="grid point", minimum=1)
 # The settings every framework reads (None) or every framework of an
 # ecosystem (readers). Defaults follow the paper (seed 000).
 SETTINGS = (
-    Setting("framework", str, REQUIRED, "the framework (trainscale.study.registry)",
+    Setting("framework", str, REQUIRED, "the framework (trainscale.catalogue.registry)",
             choices=FRAMEWORKS, in_study=False, group="grid point"),
     Setting("nodes", int, 1, "nodes; replicas = nodes x GPUs per node", **_POINT),
     Setting("gpus_per_node", int, 1, "GPUs (replicas) per node", **_POINT),

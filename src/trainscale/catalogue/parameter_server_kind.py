@@ -1,5 +1,5 @@
 """The launch kind of tf.distribute's parameter-server training
-(trainscale.study.launch_kinds has the seam): processes with roles, a chief
+(trainscale.catalogue.launch_kinds has the seam): processes with roles, a chief
 that drives the training loop, and parameter servers and workers that serve
 until it ends.
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 
+from trainscale.catalogue.launch_kinds import PROCESS_INDEX, LaunchKind, Plan, Process, Role
 from trainscale.core.ports import free_ports
 from trainscale.core.setting import Setting
-from trainscale.study.launch_kinds import PROCESS_INDEX, LaunchKind, Plan, Process, Role
 
 PS_SERVERS = Setting(
     "ps_servers",

@@ -1,4 +1,4 @@
-"""The launch kinds of elastic frameworks (trainscale.study.launch_kinds has
+"""The launch kinds of elastic frameworks (trainscale.catalogue.launch_kinds has
 the seam): each starts agents that survive a lost process, and a world that
 may shrink to --min-replicas (trainscale.core.faults measures what it costs).
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import sys
 
+from trainscale.catalogue.launch_kinds import LaunchKind, Plan, Process
 from trainscale.core import slurm
 from trainscale.core.ports import free_ports
 from trainscale.core.setting import Setting
-from trainscale.study.launch_kinds import LaunchKind, Plan, Process
 
 # Set on each local elastic agent: the node it stands for (a node fault's).
 AGENT_INDEX = "TRAINSCALE_AGENT"

@@ -1,10 +1,10 @@
 """What each framework is, in one place: everything trainscale knows about a
 framework apart from its training code, as data.
 
-An entry (a FrameworkSpec, trainscale.study.framework_spec) names its label
+An entry (a FrameworkSpec, trainscale.catalogue.framework_spec) names its label
 and table order, its ecosystem and the environment it runs from, its launch
-kind (trainscale.study.launch_kinds), its topology limits, the knobs only it
-reads (declared once, in trainscale.study.knobs), where its training code is,
+kind (trainscale.catalogue.launch_kinds), its topology limits, the knobs only it
+reads (declared once, in trainscale.catalogue.knobs), where its training code is,
 what its processes cannot run without, its example script, what one of its
 training steps moves between replicas (the step model's traffic,
 trainscale.analysis.predict) and what it refuses. The settings, the launcher,
@@ -18,10 +18,9 @@ analysis ask it in milliseconds, on a laptop too.
 
 from __future__ import annotations
 
-from trainscale.core.setting import Setting
-from trainscale.study.elastic_kinds import HOROVOD_ELASTIC, TORCHRUN_ELASTIC
-from trainscale.study.framework_spec import FrameworkSpec
-from trainscale.study.knobs import (
+from trainscale.catalogue.elastic_kinds import HOROVOD_ELASTIC, TORCHRUN_ELASTIC
+from trainscale.catalogue.framework_spec import FrameworkSpec
+from trainscale.catalogue.knobs import (
     DDP_KNOBS,
     DEEPSPEED_KNOBS,
     ELASTIC_KNOBS,
@@ -43,7 +42,7 @@ from trainscale.study.knobs import (
     tensor_parallel_traffic,
     zero_traffic,
 )
-from trainscale.study.launch_kinds import (
+from trainscale.catalogue.launch_kinds import (
     DEEPSPEED,
     HOROVOD,
     MULTIWORKER,
@@ -51,8 +50,9 @@ from trainscale.study.launch_kinds import (
     RAY,
     TORCHRUN,
 )
-from trainscale.study.parameter_server_kind import PARAMETER_SERVERS
-from trainscale.study.traffic import no_traffic, parameter_server_traffic
+from trainscale.catalogue.parameter_server_kind import PARAMETER_SERVERS
+from trainscale.catalogue.traffic import no_traffic, parameter_server_traffic
+from trainscale.core.setting import Setting
 
 # The modules of each ecosystem (the refactoring analysis's framework names
 # are rooted in imports of these, and of each entry's `requires`).
