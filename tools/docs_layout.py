@@ -63,21 +63,18 @@ def layer_modules(layer: str) -> list[tuple[str, str, int]]:
     return sorted(rows, key=lambda row: (not row[0].endswith("__init__"), row[0]))
 
 
-def _own_modules(layer: str) -> list[str]:
-    """A subpackage's modules (a one-module layer: that module)."""
-    return [name for name, _, _ in layer_modules(layer) if not name.endswith("__init__")]
-
-
 def layers_table() -> str:
     """The layers, top to bottom as a reader meets them: what each is, its
     modules, what it may import."""
     rows = ["| layer | what it is | its modules | may import |", "|---|---|---|---|"]
     for index in reversed(range(len(LAYERS))):
         layer = LAYERS[index]
-        (first, *_) = layer_modules(layer)
-        modules = ", ".join(f"`{name}`" for name in _own_modules(layer))
+        rows_of_layer = layer_modules(layer)  # its __init__ (or its one module) first
+        # A subpackage's modules; a one-module layer (cli): that module.
+        own = [name for name, _, _ in rows_of_layer if not name.endswith("__init__")]
+        modules = ", ".join(f"`{name}`" for name in own)
         below = ", ".join(LAYERS[:index]) or "nothing of trainscale"
-        rows.append(f"| `trainscale.{layer}` | {first[1]} | {modules} | {below} |")
+        rows.append(f"| `trainscale.{layer}` | {rows_of_layer[0][1]} | {modules} | {below} |")
     return "\n".join(rows) + "\n"
 
 
