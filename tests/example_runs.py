@@ -36,26 +36,27 @@ DATA_CODE = ("load_cifar100", "CIFAR100", "TextWindows", "make_dataset", "batche
 
 
 def data_code(example) -> str:
-    """A digest of the example's data-reading code (its DATA_CODE functions
-    and classes, as parsed) and of how its framework's processes start."""
+    """A digest of the example's data-reading code: its DATA_CODE functions
+    and classes, as parsed."""
     import ast
     import hashlib
-
-    from trainscale.catalogue.registry import framework_spec
 
     with open(example.path()) as handle:
         tree = ast.parse(handle.read())
     parts = [ast.dump(node) for node in tree.body if getattr(node, "name", None) in DATA_CODE]
-    parts.append(type(framework_spec(example.framework).launch).__name__)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def data_run_cases(examples) -> list:
     """The examples whose real-data run proves something: the first of each
-    data_code. Another example with the same data code and launch kind reads
-    its batches with the same code, in processes started the same way, and
-    its synthetic run (against the harness) covers the rest of its loop,
-    which takes real and synthetic batches alike."""
+    data_code. Another example with the same data code reads its batches
+    with the same code, which takes its share by the rank and world size
+    (or the strategy) that any launch kind's processes are given; its
+    synthetic run (against the harness) proves those processes start and
+    train as the harness's do, its loop taking real and synthetic batches
+    alike. Keyed by launch kind too, five more runs re-read the same files
+    (tf-multiworker, tf-ps, horovod-elastic, torch-elastic and
+    horovod-torch-elastic: about 110 s of a pytest worker)."""
     seen: set[str] = set()
     cases = []
     for example in examples:

@@ -57,7 +57,7 @@ def test_this_python_runs_some_examples():
 
 
 # One real-data run per data-reading code (example_runs.data_run_cases): an
-# example whose data code and launch kind another's are runs that code so.
+# example whose data code is another's reads its files with that code.
 DATA_RUNS = data_run_cases(EXAMPLES)
 
 
