@@ -287,11 +287,12 @@ def side_studies() -> dict[str, dict]:
     cancel["grid"].update(framework=["horovod"], nodes=[1, 2], gpus_per_node=[1])
     cancel["constraints"] = {}
     # A 1-minute limit and endless training: the run's watchdog (the limit
-    # less a margin, at least 30 s) stops it first.
+    # less a margin, at least 30 s) stops it first. One rank: it trains for
+    # all of those 30 s, and the watchdog ends a step of one task as of many.
     limit = study_config(study="slurm-lab-limit", train_retries=0)
     limit["benchmark"].update(data_dir="results/slurm-lab-limit/data", blocks=1000000)
     limit["cluster"]["runtime_minutes"] = 1
-    limit["grid"].update(framework=["horovod"], nodes=[2], gpus_per_node=[1])
+    limit["grid"].update(framework=["horovod"], nodes=[1], gpus_per_node=[1])
     limit["constraints"] = {}  # the lab study's are about its own grid
     # cluster.environment_check: node, and a training environment not there.
     noenv = study_config(study="slurm-lab-noenv", train_retries=0, train_env=".venv-absent")

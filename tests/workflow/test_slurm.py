@@ -168,7 +168,7 @@ def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab_campaig
     study = lab_campaign.studies["limit"]
     returncode, output = study.wait()
     assert returncode == 0, output[-4000:]
-    record = records(study.repo, "slurm-lab-limit")["horovod/small_cnn/b16/n2g1r1.json"]
+    record = records(study.repo, "slurm-lab-limit")["horovod/small_cnn/b16/n1g1r1.json"]
     assert record["status"] == "timeout" and record["images_per_sec"] is None
     assert 30 <= record["elapsed_seconds"] < 60
 
