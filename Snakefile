@@ -20,7 +20,7 @@ include: "workflow/rules/common.smk"
 # A study folder holding records trainscale did not measure (the published
 # cache) is read-only: it has no train rule, so no job can write into it,
 # not even under --forcerun.
-if not FOLDER.read_only:
+if not STUDY.folder.read_only:
 
     include: "workflow/rules/train.smk"
     include: "workflow/rules/network.smk"
@@ -49,4 +49,4 @@ onerror:
 rule all:
     default_target: True
     input:
-        all_outputs(),
+        FILES.all_outputs(),

@@ -14,5 +14,6 @@ LAYERS = (
     "study",
     "network",
     "analysis",
+    "workflow",
     "cli",
 )

@@ -4,17 +4,17 @@
 
 rule accuracy:
     input:
-        records=record_files(),
+        records=FILES.record_files(),
     output:
         runs=f"{RESULTS}/accuracy.csv",
         curves=f"{RESULTS}/curves.csv",
         tables=[
             report(path, category="Tables", caption="../report/accuracy.rst")
-            for path in accuracy_files()[0]
+            for path in FILES.accuracy_files()[0]
         ],
         figures=[
             report(path, category="Figures", caption="../report/accuracy.rst")
-            for path in accuracy_files()[1]
+            for path in FILES.accuracy_files()[1]
         ],
     log:
         f"{RESULTS}/logs/accuracy.log",
@@ -22,7 +22,7 @@ rule accuracy:
     conda:
         "../../envs/analysis.yaml"
     params:
-        study=STUDY,
+        study=STUDY.name,
         folder=lambda wildcards, output: os.path.dirname(output.runs),
     script:
         "../scripts/accuracy.py"

@@ -3,7 +3,7 @@
 
 rule collect:
     input:
-        records=record_files(),
+        records=FILES.record_files(),
     output:
         tidy=report(
             f"{RESULTS}/throughput.csv",
@@ -16,11 +16,8 @@ rule collect:
     conda:
         "../../envs/analysis.yaml"
     params:
-        study=STUDY,
+        study=STUDY.name,
         # What each record must have been measured with (collect refuses others).
-        expected=lambda wildcards: {
-            record_path(STUDY, point): run_settings(config, point).to_dict()
-            for point in POINTS
-        },
+        expected=lambda wildcards: STUDY.expected_settings(),
     script:
         "../scripts/collect.py"

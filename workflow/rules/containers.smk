@@ -4,16 +4,16 @@
 
 rule containers:
     input:
-        records=record_files(),
-        probes=probe_files(),
+        records=FILES.record_files(),
+        probes=FILES.probe_files,
     output:
         tables=[
             report(path, category="Tables", caption="../report/containers.rst")
-            for path in containers_files()[0]
+            for path in FILES.containers_files()[0]
         ],
         figures=[
             report(path, category="Figures", caption="../report/containers.rst")
-            for path in containers_files()[1]
+            for path in FILES.containers_files()[1]
         ],
     log:
         f"{RESULTS}/logs/containers.log",

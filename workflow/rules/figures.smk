@@ -6,14 +6,14 @@
 rule figures:
     input:
         tidy=f"{RESULTS}/throughput.csv",
-        reference=reference_record_files(),
+        reference=FILES.reference_record_files(),
         refactoring=f"{RESULTS}/tables/{outputs.REFACTORING}.csv",
     output:
         figures=[
             report(path, category="Figures", caption="../report/figures.rst")
-            for path in figure_files(("png",))
+            for path in FILES.figure_files(("png",))
         ]
-        + figure_files(("pdf",)),
+        + FILES.figure_files(("pdf",)),
     log:
         f"{RESULTS}/logs/figures.log",
     localrule: True
@@ -22,8 +22,8 @@ rule figures:
     # Figures are drawn side by side, one process each (trainscale.analysis.figures).
     threads: 2
     params:
-        reference=REFERENCE,
-        framework=WEAK_SCALING_FRAMEWORK,
+        reference=config.get("reference"),
+        framework=config["figures"]["weak_scaling_framework"],
         folder=lambda wildcards, output: os.path.dirname(output[0]),
     script:
         "../scripts/figures.py"

@@ -10,49 +10,49 @@ rule probe:
     log:
         f"{RESULTS}/logs/{PROBE_PATTERN}.log",
     conda:
-        conda_file("torch_env")
+        STUDY.conda_file("torch_env")
     container:
-        TRAIN_CONTAINER
+        config.get("train_container")
     threads: lambda wildcards: int(wildcards.ranks_per_node)
     resources:
-        nodes=lambda wildcards: probe_slurm(wildcards)["nodes"],
-        tasks=lambda wildcards: probe_slurm(wildcards)["tasks"],
-        tasks_per_node=lambda wildcards: probe_slurm(wildcards)["tasks_per_node"],
-        tasks_per_gpu=lambda wildcards: probe_slurm(wildcards)["tasks_per_gpu"],
-        mpi=lambda wildcards: probe_slurm(wildcards)["mpi"],
-        cpus_per_task=lambda wildcards: probe_slurm(wildcards)["cpus_per_task"],
-        gres=lambda wildcards: probe_slurm(wildcards)["gres"],
-        mem_mb=lambda wildcards: probe_slurm(wildcards)["mem_mb"],
-        runtime=lambda wildcards: probe_slurm(wildcards)["runtime"],
-        slurm_partition=lambda wildcards: probe_slurm(wildcards)["slurm_partition"],
-        slurm_account=lambda wildcards: probe_slurm(wildcards)["slurm_account"],
-        qos=lambda wildcards: probe_slurm(wildcards)["qos"],
-        slurm_extra=lambda wildcards: probe_slurm(wildcards)["slurm_extra"],
+        nodes=lambda wildcards: probe(wildcards)["slurm"]["nodes"],
+        tasks=lambda wildcards: probe(wildcards)["slurm"]["tasks"],
+        tasks_per_node=lambda wildcards: probe(wildcards)["slurm"]["tasks_per_node"],
+        tasks_per_gpu=lambda wildcards: probe(wildcards)["slurm"]["tasks_per_gpu"],
+        mpi=lambda wildcards: probe(wildcards)["slurm"]["mpi"],
+        cpus_per_task=lambda wildcards: probe(wildcards)["slurm"]["cpus_per_task"],
+        gres=lambda wildcards: probe(wildcards)["slurm"]["gres"],
+        mem_mb=lambda wildcards: probe(wildcards)["slurm"]["mem_mb"],
+        runtime=lambda wildcards: probe(wildcards)["slurm"]["runtime"],
+        slurm_partition=lambda wildcards: probe(wildcards)["slurm"]["slurm_partition"],
+        slurm_account=lambda wildcards: probe(wildcards)["slurm"]["slurm_account"],
+        qos=lambda wildcards: probe(wildcards)["slurm"]["qos"],
+        slurm_extra=lambda wildcards: probe(wildcards)["slurm"]["slurm_extra"],
         # Probes and benchmarks must not share a machine (as train jobs).
         benchmark_slots=1,
     params:
-        trainscale=probe_command,
-        node_check=node_check(probe_command),
-        network=probe_network_prefix,
-        options=probe_options,
+        trainscale=lambda wildcards: probe(wildcards)["trainscale"],
+        node_check=lambda wildcards: probe(wildcards)["node_check"],
+        network=lambda wildcards: probe(wildcards)["environment"],
+        options=lambda wildcards: probe(wildcards)["options"],
     shell:
         "exec > {log} 2>&1; {params.node_check}{params.network}{params.trainscale} probe {params.options} --output {output.record}"
 
 
 rule network:
     input:
-        probes=probe_files(),
+        probes=FILES.probe_files,
     output:
         tables=[
             report(path, category="Tables", caption="../report/network.rst")
-            for path in network_table_files()
+            for path in FILES.network_table_files()
         ],
         figure=report(
-            figure_file(outputs.NETWORK, "png"),
+            FILES.figure_file(outputs.NETWORK, "png"),
             category="Figures",
             caption="../report/network.rst",
         ),
-        pdf=figure_file(outputs.NETWORK, "pdf"),
+        pdf=FILES.figure_file(outputs.NETWORK, "pdf"),
     log:
         f"{RESULTS}/logs/network.log",
     localrule: True

@@ -10,15 +10,8 @@ rule plan:
     conda:
         "../../envs/analysis.yaml"
     params:
-        rows=[
-            {
-                **point.as_dict(),
-                **job_shape(config, point),
-                "record": record_path(STUDY, point),
-            }
-            # A cached study's foreign frameworks have no job to plan.
-            for point in RUNNABLE
-        ],
-        study=STUDY,
+        # A cached study's foreign frameworks have no job to plan.
+        rows=STUDY.plan_rows(),
+        study=STUDY.name,
     script:
         "../scripts/plan.py"

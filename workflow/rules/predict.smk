@@ -7,18 +7,18 @@ rule predict:
     input:
         tidy=f"{RESULTS}/throughput.csv",
         # With `predict.link: probe` the inter-node link is the probe's.
-        probes=probe_files() if config["predict"]["link"] == "probe" else [],
+        probes=FILES.probe_files if config["predict"]["link"] == "probe" else [],
     output:
         tables=[
             report(path, category="Tables", caption="../report/predicted.rst")
-            for path in predicted_table_files()
+            for path in FILES.predicted_table_files()
         ],
         figure=report(
-            figure_file(outputs.PREDICTED, "png"),
+            FILES.figure_file(outputs.PREDICTED, "png"),
             category="Figures",
             caption="../report/predicted.rst",
         ),
-        pdf=figure_file(outputs.PREDICTED, "pdf"),
+        pdf=FILES.figure_file(outputs.PREDICTED, "pdf"),
     log:
         f"{RESULTS}/logs/predict.log",
     localrule: True
@@ -38,11 +38,11 @@ rule predict:
 rule predict_vs_probe:
     input:
         tidy=f"{RESULTS}/throughput.csv",
-        probes=probe_files(),
+        probes=FILES.probe_files,
     output:
         tables=[
             report(path, category="Tables", caption="../report/predicted.rst")
-            for path in probe_comparison_files()
+            for path in FILES.probe_comparison_files()
         ],
     log:
         f"{RESULTS}/logs/predict_vs_probe.log",

@@ -4,15 +4,15 @@
 
 rule recovery:
     input:
-        records=record_files(),
+        records=FILES.record_files(),
     output:
         tables=[
             report(path, category="Tables", caption="../report/recovery.rst")
-            for path in recovery_files()[0]
+            for path in FILES.recovery_files()[0]
         ],
         figures=[
             report(path, category="Figures", caption="../report/recovery.rst")
-            for path in recovery_files()[1]
+            for path in FILES.recovery_files()[1]
         ],
     log:
         f"{RESULTS}/logs/recovery.log",

@@ -5,17 +5,17 @@
 
 rule refactoring:
     input:
-        examples=example_files(),
+        examples=FILES.example_files(),
     output:
         tables=[
             report(path, category="Tables", caption="../report/refactoring.rst")
-            for path in refactoring_files()[0]
+            for path in FILES.refactoring_files()[0]
         ],
         diffs=[
             report(
                 path, category="Refactoring", caption="../report/refactoring_diff.rst"
             )
-            for path in refactoring_files()[1]
+            for path in FILES.refactoring_files()[1]
         ],
     log:
         f"{RESULTS}/logs/refactoring.log",
@@ -23,7 +23,7 @@ rule refactoring:
     conda:
         "../../envs/analysis.yaml"
     params:
-        frameworks=REFACTORED,
+        frameworks=FILES.refactored,
         folder=lambda wildcards, output: os.path.dirname(output.tables[0]),
         # A study of base frameworks only has no diffs.
         diff_folder=lambda wildcards, output: (

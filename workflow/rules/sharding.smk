@@ -9,11 +9,11 @@ rule sharding:
     output:
         tables=[
             report(path, category="Tables", caption="../report/sharding.rst")
-            for path in sharding_files()[0]
+            for path in FILES.sharding_files()[0]
         ],
         figures=[
             report(path, category="Figures", caption="../report/sharding.rst")
-            for path in sharding_files()[1]
+            for path in FILES.sharding_files()[1]
         ],
     log:
         f"{RESULTS}/logs/sharding.log",

@@ -4,11 +4,11 @@
 rule tables:
     input:
         tidy=f"{RESULTS}/throughput.csv",
-        reference=reference_record_files(),
+        reference=FILES.reference_record_files(),
     output:
         tables=[
             report(path, category="Tables", caption="../report/tables.rst")
-            for path in table_files()
+            for path in FILES.table_files()
         ],
     log:
         f"{RESULTS}/logs/tables.log",
@@ -16,8 +16,8 @@ rule tables:
     conda:
         "../../envs/analysis.yaml"
     params:
-        reference=REFERENCE,
-        framework=WEAK_SCALING_FRAMEWORK,
+        reference=config.get("reference"),
+        framework=config["figures"]["weak_scaling_framework"],
         folder=lambda wildcards, output: os.path.dirname(output[0]),
     script:
         "../scripts/tables.py"

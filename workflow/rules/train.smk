@@ -11,11 +11,11 @@ rule train:
         record=f"{RESULTS}/runs/{RECORD_PATTERN}.json",
     log:
         f"{RESULTS}/logs/train/{RECORD_PATTERN}.log",
-    retries: TRAIN_RETRIES
+    retries: config["train_retries"]
     conda:
-        conda_env
+        lambda wildcards: train_job(wildcards)["conda"]
     container:
-        TRAIN_CONTAINER
+        config.get("train_container")
     threads: lambda wildcards: int(wildcards.gpus_per_node)
     resources:
         # The job's SLURM shape (see trainscale.study.jobs.slurm_resources); the
@@ -38,29 +38,29 @@ rule train:
         # local profile offers one slot (--resources benchmark_slots=1).
         benchmark_slots=1,
     params:
-        trainscale=trainscale_command,
+        trainscale=lambda wildcards: train_job(wildcards)["trainscale"],
         # cluster.environment_check: node: the node's own check, first.
-        node_check=node_check(trainscale_command),
+        node_check=lambda wildcards: train_job(wildcards)["node_check"],
         # The network's environment (cluster.networks): srun and mpirun pass
         # it to every rank, and it selects the interface each library uses;
         # and cluster.node_fault_command, where the point's fault loses a node.
-        environment=train_environment_prefix,
-        options=lambda wildcards: train_arguments(config, point_of(wildcards)),
+        environment=lambda wildcards: train_job(wildcards)["environment"],
+        options=lambda wildcards: train_job(wildcards)["options"],
         # The point's container (cluster.containers): every rank runs through it.
-        container=lambda wildcards: container_arguments(config, point_of(wildcards)),
-        gpus_per_node=lambda wildcards: shape(wildcards)["gpus_per_node"],
+        container=lambda wildcards: train_job(wildcards)["container"],
+        gpus_per_node=lambda wildcards: train_job(wildcards)["gpus_per_node"],
         timeout=config["benchmark"]["timeout_seconds"],
         collective_timeout=config["benchmark"]["collective_timeout_seconds"],
         # On the last attempt a failure is recorded (status failed, with the
         # log's tail) so that collect, tables and figures go on without it.
-        attempts=TRAIN_RETRIES + 1,
+        attempts=config["train_retries"] + 1,
     shell:
         "exec > {log} 2>&1; {params.node_check}{params.environment}{params.trainscale} run {params.options} {params.container}--requested-gpus-per-node {params.gpus_per_node} --requested-cpus-per-task {resources.cpus_per_task} --timeout {params.timeout} --collective-timeout {params.collective_timeout} --attempt {resources.attempt} --attempts {params.attempts} --output {output.record}"
 
 
 rule write_digits:
     output:
-        DIGITS_FILES,
+        STUDY.digits_files(),
     log:
         f"{RESULTS}/logs/write_digits.log",
     localrule: True
@@ -72,7 +72,7 @@ rule write_digits:
 
 rule write_python_docs:
     output:
-        PYTHON_DOCS_FILES,
+        STUDY.python_docs_files(),
     log:
         f"{RESULTS}/logs/write_python_docs.log",
     localrule: True

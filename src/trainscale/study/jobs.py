@@ -2,8 +2,8 @@
 the environment its ranks run with, and the check that its training
 environment is there (on the submitting host, or first thing on the node).
 
-Pure Python: the Snakemake layer (workflow/rules/common.smk) reads these for
-every job; a point's settings come from trainscale.study.study.run_settings.
+Pure Python: the workflow (trainscale.workflow.workflow_study) reads these
+for every job; a point's settings come from trainscale.study.study.run_settings.
 """
 
 from __future__ import annotations
