@@ -36,7 +36,7 @@ from trainscale.catalogue.registry import REGISTRY  # noqa: E402
 from trainscale.catalogue.settings import RunSettings  # noqa: E402
 from trainscale.core.datasets import generate_cifar100, load_dataset  # noqa: E402
 from trainscale.frameworks import backend_class  # noqa: E402
-from trainscale.frameworks.tensorflow.strategies import create_framework  # noqa: E402
+from trainscale.frameworks.tensorflow.strategies import create_distribution  # noqa: E402
 from trainscale.frameworks.tensorflow.tf_backend import (  # noqa: E402
     build_train_step,
     make_dataset_fn,
@@ -47,21 +47,23 @@ from trainscale.harness.data import image_dataset  # noqa: E402
 from trainscale.harness.models import build_model  # noqa: E402
 
 
-def _framework_class(settings: RunSettings):
+def _distribution_class(settings: RunSettings):
     """The tf.distribute or Horovod class of the settings' framework (its registry entry's)."""
-    return backend_class(settings.framework).framework_class
+    return backend_class(settings.framework).distribution_class
 
 
 def harness_step(settings: RunSettings, dataset_fn=None):
     """The harness's own compiled training step (tf_backend.build_train_step) on its
     framework, model and optimizer: returns a function running one step."""
-    framework = create_framework(_framework_class(settings), settings, RunOptions(), Topology())
+    distribution = create_distribution(
+        _distribution_class(settings), settings, RunOptions(), Topology()
+    )
     tf.keras.utils.set_random_seed(settings.seed)
-    with framework.scope():
+    with distribution.scope():
         model = build_model(settings.model, settings.image_size, settings.num_classes)
         optimizer = make_optimizer(settings)
-    step = build_train_step(framework, model, optimizer, settings)
-    batches = framework.make_iterator(dataset_fn or make_dataset_fn(settings))
+    step = build_train_step(distribution, model, optimizer, settings)
+    batches = distribution.make_iterator(dataset_fn or make_dataset_fn(settings))
     return lambda: step(batches)
 
 
@@ -130,13 +132,13 @@ def main() -> None:
     images = vgg.batch_size * steps
     cifar = dataclasses.replace(vgg, dataset="cifar100", data_dir=data_dir)
     synthetic = dataclasses.replace(vgg, dataset="synthetic")
-    framework = create_framework(_framework_class(cifar), cifar, RunOptions(), Topology())
-    with framework.scope():
+    distribution = create_distribution(_distribution_class(cifar), cifar, RunOptions(), Topology())
+    with distribution.scope():
         model = build_model(vgg.model, vgg.image_size, vgg.num_classes)
         optimizer = make_optimizer(vgg)
-    step = build_train_step(framework, model, optimizer, vgg)
-    cifar_batches = framework.make_iterator(make_dataset_fn(cifar))
-    synthetic_batches = framework.make_iterator(make_dataset_fn(synthetic))
+    step = build_train_step(distribution, model, optimizer, vgg)
+    cifar_batches = distribution.make_iterator(make_dataset_fn(cifar))
+    synthetic_batches = distribution.make_iterator(make_dataset_fn(synthetic))
     rates = interleaved_blocks(
         {
             "cifar100": timed_block(lambda: step(cifar_batches), steps, images),

@@ -36,7 +36,7 @@ class ElasticHorovod(Horovod):
 
 
 class HorovodElasticBackend(TensorFlowBackend):
-    framework_class = ElasticHorovod
+    distribution_class = ElasticHorovod
     elastic = True
 
     def read_splits(self) -> tuple:
@@ -47,7 +47,7 @@ class HorovodElasticBackend(TensorFlowBackend):
     def _state(self, steps: int):
         """The committed state: made once the optimizer has its slots (after
         the warm-up, or compile_untouched in accuracy mode)."""
-        hvd, backend = self.framework.hvd, self
+        hvd, backend = self.distribution.hvd, self
         variables = _traceable(self.model.variables) + optimizer_variables(self.optimizer)
 
         class State(hvd.elastic.TensorFlowState):
@@ -68,13 +68,13 @@ class HorovodElasticBackend(TensorFlowBackend):
 
     def _after_reset(self) -> None:
         """The world Horovod re-formed: this rank's place, its data, its step."""
-        hvd, s = self.framework.hvd, self.settings
+        hvd, s = self.distribution.hvd, self.settings
         self.topology.num_processes, self.topology.process_index = hvd.size(), hvd.rank()
-        self.iterator = self.framework.make_iterator(make_dataset_fn(s, self.train_split))
+        self.iterator = self.distribution.make_iterator(make_dataset_fn(s, self.train_split))
         for _ in range(batches_trained(s, self.state.steps)):
             next(self.iterator)
         # Traced again: the loss is divided by the new world's global batch.
-        self.train_step = build_train_step(self.framework, self.model, self.optimizer, s)
+        self.train_step = build_train_step(self.distribution, self.model, self.optimizer, s)
         self.notice("restored", step=self.state.steps)
 
     def save_state(self, path: str, steps: int) -> None:
@@ -84,7 +84,7 @@ class HorovodElasticBackend(TensorFlowBackend):
     def run_blocks(self, blocks_from, first_step: int):
         self.state = self._state(first_step)
 
-        @self.framework.hvd.elastic.run
+        @self.distribution.hvd.elastic.run
         def resumable(state):
             return blocks_from(state.steps)
 

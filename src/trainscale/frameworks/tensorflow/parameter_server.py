@@ -29,7 +29,7 @@ from trainscale.catalogue.registry import framework_spec
 from trainscale.catalogue.settings import RunSettings
 from trainscale.core.slurm import slurm_port_base
 from trainscale.frameworks.tensorflow.strategies import (
-    Framework,
+    Distribution,
     configure_host,
     on_this_network,
 )
@@ -123,7 +123,7 @@ def wait_for_chief(address: str, start_within: float) -> None:
         time.sleep(0.5)
 
 
-class ParameterServer(Framework):
+class ParameterServer(Distribution):
     """The chief's side: the strategy, the coordinator, and the loop's steps
     scheduled on the workers."""
 

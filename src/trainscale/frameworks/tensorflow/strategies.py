@@ -1,4 +1,4 @@
-"""How each framework distributes the one training step: the Framework seam,
+"""How each framework distributes the one training step: the Distribution seam,
 tf-single and the synchronous tf.distribute strategies (Horovod's is
 tf_horovod.py, the parameter server's parameter_server.py).
 
@@ -32,7 +32,7 @@ from trainscale.core.slurm import slurm_port_base
 from trainscale.harness.backend import DeviceError, Topology
 
 
-class Framework:
+class Distribution:
     name = ""
     # Whether the loss a step returns is already the global mean (strategies
     # reduce it over replicas) or only this process's share (Horovod).
@@ -130,7 +130,7 @@ def require_gpus(count: int, who: str) -> list:
 # --------------------------------------------------------------------------
 
 
-class SingleDevice(Framework):
+class SingleDevice(Distribution):
     name = "tf-single"
 
     def setup(self) -> None:
@@ -152,7 +152,7 @@ class SingleDevice(Framework):
 # --------------------------------------------------------------------------
 
 
-class Strategy(Framework):
+class Strategy(Distribution):
     """Common code of the tf.distribute strategies; subclasses only build the strategy."""
 
     def setup(self) -> None:
@@ -206,12 +206,12 @@ class Strategy(Framework):
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
 
 
-def local_replica_devices(framework: Framework) -> list[str]:
+def local_replica_devices(distribution: Distribution) -> list[str]:
     """The devices of one process's replicas: its GPUs, or on a CPU run as
     many logical CPU devices as it has "GPUs" per node."""
     import tensorflow as tf
 
-    settings, count = framework.settings, framework.settings.gpus_per_node
+    settings, count = distribution.settings, distribution.settings.gpus_per_node
     if settings.device == "cpu":
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
@@ -220,7 +220,7 @@ def local_replica_devices(framework: Framework) -> list[str]:
         configure_host(settings, 1)
         return [d.name for d in tf.config.list_logical_devices("CPU")][:count]
     configure_host(settings, 1)
-    require_gpus(count, framework.name)
+    require_gpus(count, distribution.name)
     return [d.name for d in tf.config.list_logical_devices("GPU")][:count]
 
 
@@ -344,9 +344,12 @@ def on_this_network(cluster: dict) -> dict:
     }
 
 
-def create_framework(
-    framework_class: type[Framework], settings: RunSettings, options: RunOptions, topology: Topology
-) -> Framework:
-    framework = framework_class(settings, options, topology)
-    framework.setup()
-    return framework
+def create_distribution(
+    distribution_class: type[Distribution],
+    settings: RunSettings,
+    options: RunOptions,
+    topology: Topology,
+) -> Distribution:
+    distribution = distribution_class(settings, options, topology)
+    distribution.setup()
+    return distribution

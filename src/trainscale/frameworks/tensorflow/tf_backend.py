@@ -16,11 +16,11 @@ from trainscale.core.datasets import DATASETS
 from trainscale.frameworks.tensorflow.parameter_server import ParameterServer
 from trainscale.frameworks.tensorflow.strategies import (
     CentralStorage,
-    Framework,
+    Distribution,
     Mirrored,
     MultiWorker,
     SingleDevice,
-    create_framework,
+    create_distribution,
 )
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod, optimizer_variables
 from trainscale.harness.backend import Backend, horovod_versions
@@ -46,7 +46,7 @@ def make_optimizer(settings: RunSettings):
 
 
 def make_dataset_fn(settings: RunSettings, train=None):
-    """dataset_fn(shard_index, num_shards, per_replica_batch) for Framework.make_iterator,
+    """dataset_fn(shard_index, num_shards, per_replica_batch) for Distribution.make_iterator,
     over the training split (`train`: (images, labels), read here if not given)."""
     dataset = DATASETS[settings.dataset]
     if dataset.release is not None:
@@ -74,11 +74,11 @@ def make_dataset_fn(settings: RunSettings, train=None):
     return dataset_fn
 
 
-def build_train_step(framework, model, optimizer, settings: RunSettings):
+def build_train_step(distribution, model, optimizer, settings: RunSettings):
     """The training step every framework runs: one definition, compiled once.
 
     Per replica: prepare the batch, forward, loss divided by the GLOBAL batch
-    (a parameter server's worker: its own, Framework.loss_batch_size),
+    (a parameter server's worker: its own, Distribution.loss_batch_size),
     gradients through the framework's tape (Horovod sums them there), apply
     (tf.distribute's optimizer sums them there). Returns the global mean loss.
     """
@@ -89,7 +89,7 @@ def build_train_step(framework, model, optimizer, settings: RunSettings):
     )
     loss_scaling = settings.precision == "fp16"
     compute_dtype = model.compute_dtype
-    loss_batch_size = framework.loss_batch_size()
+    loss_batch_size = distribution.loss_batch_size()
 
     def replica_step(images, labels):
         if not settings.is_text:  # a text model's tokens go in as they are
@@ -101,7 +101,7 @@ def build_train_step(framework, model, optimizer, settings: RunSettings):
                 losses = tf.reduce_mean(losses, axis=-1)
             loss = tf.nn.compute_average_loss(losses, global_batch_size=loss_batch_size)
             objective = optimizer.get_scaled_loss(loss) if loss_scaling else loss
-        tape = framework.wrap_tape(tape)
+        tape = distribution.wrap_tape(tape)
         gradients = tape.gradient(objective, model.trainable_variables)
         if loss_scaling:
             gradients = optimizer.get_unscaled_gradients(gradients)
@@ -109,7 +109,7 @@ def build_train_step(framework, model, optimizer, settings: RunSettings):
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    return framework.compile_step(replica_step)
+    return distribution.compile_step(replica_step)
 
 
 def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
@@ -157,7 +157,7 @@ class TensorFlowBackend(Backend):
     naming its tf.distribute or Horovod class (below), as its registry entry
     names that subclass."""
 
-    framework_class: type[Framework]
+    distribution_class: type[Distribution]
 
     def prepare(self) -> None:
         settings = self.settings
@@ -170,8 +170,8 @@ class TensorFlowBackend(Backend):
         import tensorflow as tf
 
         self.out_of_memory_errors = (tf.errors.ResourceExhaustedError, MemoryError)
-        framework = self.framework = create_framework(
-            self.framework_class, settings, self.options, self.topology
+        distribution = self.distribution = create_distribution(
+            self.distribution_class, settings, self.options, self.topology
         )
         if settings.xla:
             # Auto-clustering compiles what XLA can and leaves the rest, which
@@ -179,7 +179,7 @@ class TensorFlowBackend(Backend):
             tf.config.optimizer.set_jit("autoclustering")
         tf.keras.mixed_precision.set_global_policy(_POLICIES[settings.precision])
         tf.keras.utils.set_random_seed(settings.seed)
-        with framework.scope():
+        with distribution.scope():
             self.model = build_model(
                 settings.model,
                 settings.image_size,
@@ -191,8 +191,8 @@ class TensorFlowBackend(Backend):
         train, test = self.read_splits()
         if train:  # one global batch of its shapes (compile_untouched)
             self.train_like = tuple(part[: settings.global_batch_size] for part in train)
-        self.iterator = framework.make_iterator(make_dataset_fn(settings, train))
-        self.train_step = build_train_step(framework, self.model, self.optimizer, settings)
+        self.iterator = distribution.make_iterator(make_dataset_fn(settings, train))
+        self.train_step = build_train_step(distribution, self.model, self.optimizer, settings)
         if test:
             self.test_batches, self.eval_step = build_evaluation(self, *test)
 
@@ -204,14 +204,14 @@ class TensorFlowBackend(Backend):
         # were: no data is touched and nothing is learned before the clock.
         import tensorflow as tf
 
-        with self.framework.scope():
+        with self.distribution.scope():
             self.optimizer.build(self.model.trainable_variables)
         state = list(self.model.variables) + optimizer_variables(self.optimizer)
         saved = [variable.numpy() for variable in state]
         images, labels = self.train_like
         zeros = (np.zeros_like(images), np.zeros_like(labels))
         step_zeros = make_dataset_fn(self.settings, zeros)
-        self.read_loss(self.train_step(self.framework.make_iterator(step_zeros)))
+        self.read_loss(self.train_step(self.distribution.make_iterator(step_zeros)))
         for variable, value in zip(state, saved):
             variable.assign(value)
         self.after_first_step()  # Horovod: every rank from rank 0's state
@@ -219,10 +219,10 @@ class TensorFlowBackend(Backend):
             float(value)
 
     def read_loss(self, loss) -> float:
-        return self.framework.read_loss(loss)
+        return self.distribution.read_loss(loss)
 
     def framework_config(self) -> dict:
-        return self.framework.config()
+        return self.distribution.config()
 
     def set_learning_rate(self, rate: float) -> None:
         self.optimizer.learning_rate.assign(rate)
@@ -235,16 +235,16 @@ class TensorFlowBackend(Backend):
 
     @property
     def loss_is_global(self) -> bool:
-        return self.framework.loss_is_global
+        return self.distribution.loss_is_global
 
     def step(self):
         return self.train_step(self.iterator)
 
     def after_first_step(self) -> None:
-        self.framework.after_first_step(self.model, self.optimizer)
+        self.distribution.after_first_step(self.model, self.optimizer)
 
     def gather_rows(self, row: np.ndarray) -> np.ndarray:
-        return self.framework.gather_rows(row)
+        return self.distribution.gather_rows(row)
 
     def trainable_weights(self) -> list[np.ndarray]:
         return [v.numpy() for v in self.model.trainable_variables]
@@ -301,19 +301,19 @@ class TensorFlowBackend(Backend):
 
 # One Backend per TensorFlow framework, each named by its registry entry.
 class SingleDeviceBackend(TensorFlowBackend):
-    framework_class = SingleDevice
+    distribution_class = SingleDevice
 
 
 class HorovodBackend(TensorFlowBackend):
-    framework_class = Horovod
+    distribution_class = Horovod
 
 
 class MirroredBackend(TensorFlowBackend):
-    framework_class = Mirrored
+    distribution_class = Mirrored
 
 
 class MultiWorkerBackend(TensorFlowBackend):
-    framework_class = MultiWorker
+    distribution_class = MultiWorker
     # A worker whose run is done can abort in TensorFlow's teardown of its
     # collective threads ("terminate called without an active exception",
     # SIGABRT, after the record was written; tensorflow/tensorflow#55250):
@@ -322,8 +322,8 @@ class MultiWorkerBackend(TensorFlowBackend):
 
 
 class CentralStorageBackend(TensorFlowBackend):
-    framework_class = CentralStorage
+    distribution_class = CentralStorage
 
 
 class ParameterServerBackend(TensorFlowBackend):
-    framework_class = ParameterServer
+    distribution_class = ParameterServer

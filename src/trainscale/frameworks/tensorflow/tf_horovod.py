@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from trainscale.catalogue.elastic_kinds import world_size_error
-from trainscale.frameworks.tensorflow.strategies import Framework, configure_host, require_gpus
+from trainscale.frameworks.tensorflow.strategies import Distribution, configure_host, require_gpus
 from trainscale.harness.backend import DeviceError, horovod_wire_compression, init_horovod
 
 
-class Horovod(Framework):
+class Horovod(Distribution):
     name = "horovod"
     loss_is_global = False
     elastic = False  # whether the world may be smaller than the run's (horovod_elastic)
