@@ -23,6 +23,7 @@ rule accuracy:
         "../../envs/analysis.yaml"
     params:
         study=STUDY.name,
+        knob_axes=STUDY.knob_axes,
         folder=lambda wildcards, output: os.path.dirname(output.runs),
     script:
         "../scripts/accuracy.py"

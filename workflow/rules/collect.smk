@@ -19,5 +19,7 @@ rule collect:
         study=STUDY.name,
         # What each record must have been measured with (collect refuses others).
         expected=lambda wildcards: STUDY.expected_settings(),
+        # Each record's knobs are read from its settings (tidy.record_knobs).
+        knob_axes=STUDY.knob_axes,
     script:
         "../scripts/collect.py"

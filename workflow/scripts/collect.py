@@ -10,4 +10,5 @@ write_throughput(
     list(snakemake.input.records),
     snakemake.output.tidy,
     snakemake.params.expected,
+    snakemake.params.knob_axes,
 )

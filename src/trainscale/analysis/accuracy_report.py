@@ -29,7 +29,7 @@ from trainscale.core.records import read_record
 CELL = ["model", "dataset", "image_size", "batch_size", "panel_knobs", "series", "gpus"]
 
 
-def run_row(study: str, path: str) -> dict:
+def run_row(study: str, path: str, knob_axes: list | None = None) -> dict:
     """tidy's row of the run, and what an accuracy run adds to it."""
     record = read_record(path)
     accuracy = (
@@ -37,7 +37,7 @@ def run_row(study: str, path: str) -> dict:
         "time_to_target_seconds", "epochs_to_target", "epochs_run", "training_seconds",
         "peak_learning_rate", "global_batch_size",
     )  # fmt: skip
-    row = {**record_row(study, path), **{key: record.get(key) for key in accuracy}}
+    row = {**record_row(study, path, knob_axes), **{key: record.get(key) for key in accuracy}}
     # A record from before text models had its target in target_accuracy.
     row["target_metric"] = record.get("target_metric", "test_accuracy")
     row["target"] = record.get("target", record.get("target_accuracy"))
@@ -161,13 +161,16 @@ def accuracy_figure(
     finish(fig, panels, paths, f"{METRIC_LABELS[metric]} against training time")
 
 
-def write_accuracy(study: str, records: list[str], folder: str) -> pd.DataFrame:
-    """accuracy.csv and curves.csv in `folder`; tables/accuracy, tables/ranks, figures/accuracy."""
+def write_accuracy(
+    study: str, records: list[str], folder: str, knob_axes: list | None = None
+) -> pd.DataFrame:
+    """accuracy.csv and curves.csv in `folder`; tables/accuracy, tables/ranks,
+    figures/accuracy. `knob_axes`: the study's (tidy.record_knobs)."""
     from trainscale.core.records import atomic_write_text
 
     runs, curves = [], []
     for path in sorted(records):
-        run = run_row(study, path)
+        run = run_row(study, path, knob_axes)
         runs.append(run)
         curves += curve_rows(path, run)
     runs = add_series(pd.DataFrame(runs))

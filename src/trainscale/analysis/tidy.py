@@ -121,7 +121,24 @@ def _or_nan(value) -> float:
     return math.nan if value is None else value
 
 
-def record_row(study: str, path: str) -> dict:
+def record_knobs(record: dict, path: str, knob_axes: list[str] | None) -> str:
+    """The run's knobs, 'name=value+...': from the record's own settings, for
+    each of the study's knob axes (`knob_axes`) its framework reads; from its
+    path where the record has no settings (or the study's axes are not
+    given), as an old record's folder names them. check_record holds the two
+    equal for every record of a study."""
+    settings = record.get("settings")
+    if settings and knob_axes is not None:
+        measured = {**SETTING_DEFAULTS, **renamed(settings, all_settings())}
+        read = [n for n in knob_axes if reads_setting(record["framework"], n)]
+        return join_knobs((name, knob_text(measured.get(name))) for name in read)
+    point = GridPoint.from_path(path)
+    return point.knobs_name if point else ""
+
+
+def record_row(study: str, path: str, knob_axes: list[str] | None = None) -> dict:
+    """The run's tidy row: its record's numbers and settings (its knobs:
+    record_knobs); its repeat, the study's index, from its path."""
     record = read_record(path)
     rate = record.get("images_per_sec") or {}
     point = GridPoint.from_path(path)
@@ -135,7 +152,7 @@ def record_row(study: str, path: str) -> dict:
         "dataset": record["dataset"],
         "image_size": record["image_size"],
         "batch_size": record["batch_size"],
-        "knobs": point.knobs_name if point else "",
+        "knobs": record_knobs(record, path, knob_axes),
         "nodes": record["nodes"],
         "gpus_per_node": record["gpus_per_node"],
         "gpus": gpus,
@@ -248,17 +265,20 @@ def check_record(path: str, expected: dict | None = None) -> dict:
     return record
 
 
-def collect(study: str, paths: list[str], expected: dict | None = None) -> pd.DataFrame:
+def collect(
+    study: str, paths: list[str], expected: dict | None = None, knob_axes: list | None = None
+) -> pd.DataFrame:
     """One tidy row per run record, with speed-up and efficiency.
 
-    `expected` maps record paths to the settings the config asks for there.
+    `expected` maps record paths to the settings the config asks for there;
+    `knob_axes` are the study's (record_knobs).
     Records of different devices are never averaged together (the device is
     part of every grouping key); a study that mixes devices is refused.
     """
     expected = expected or {}
     for path in sorted(paths):
         check_record(path, expected.get(path))
-    rows = [record_row(study, p) for p in sorted(paths)]
+    rows = [record_row(study, p, knob_axes) for p in sorted(paths)]
     devices = sorted({row["device"] for row in rows})
     if len(devices) > 1:
         by_device = {d: [r["record"] for r in rows if r["device"] == d][:3] for d in devices}
@@ -278,11 +298,15 @@ def load_tidy(path: str) -> pd.DataFrame:
 
 
 def write_throughput(
-    study: str, records: list[str], output: str, expected: dict | None = None
+    study: str,
+    records: list[str],
+    output: str,
+    expected: dict | None = None,
+    knob_axes: list | None = None,
 ) -> pd.DataFrame:
     from trainscale.core.records import atomic_write_text
 
-    tidy = collect(study, records, expected)
+    tidy = collect(study, records, expected, knob_axes)
     atomic_write_text(output, tidy.to_csv(index=False))
     print(f"collect: {len(tidy)} records of study {study} -> {output}")
     return tidy

@@ -21,6 +21,7 @@ from trainscale.study.study import (
     RECORD_PATTERN,
     GridPoint,
     check_config,
+    knob_axes,
     record_path,
     run_settings,
     train_arguments,
@@ -45,6 +46,7 @@ class WorkflowStudy:
         self.results = f"results/{self.name}"
         self.points = points
         self.grid = set(points)
+        self.knob_axes = knob_axes(config)  # the grid's, in KNOB_AXES order
         self.folder = folder  # study_folder.StudyFolder: read-only? what to save
         # A cached study's foreign frameworks have no job.
         self.runnable = [p for p in points if p.framework in FRAMEWORKS]
