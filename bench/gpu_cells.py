@@ -21,8 +21,8 @@ from trainscale.catalogue.settings import RunSettings
 from trainscale.core.gpu_monitor import GpuMonitor, nvml_monitor
 from trainscale.core.ports import free_ports
 from trainscale.frameworks import backend_class
+from trainscale.frameworks.torch.torch_models import build_torch_model
 from trainscale.harness.flops import utilisation
-from trainscale.harness.torch_models import build_torch_model
 from trainscale.harness.training import device_name
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}

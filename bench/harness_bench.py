@@ -36,15 +36,15 @@ from trainscale.catalogue.registry import REGISTRY  # noqa: E402
 from trainscale.catalogue.settings import RunSettings  # noqa: E402
 from trainscale.core.datasets import generate_cifar100, load_dataset  # noqa: E402
 from trainscale.frameworks import backend_class  # noqa: E402
+from trainscale.frameworks.tensorflow.keras_models import build_model  # noqa: E402
 from trainscale.frameworks.tensorflow.strategies import create_distribution  # noqa: E402
 from trainscale.frameworks.tensorflow.tf_backend import (  # noqa: E402
     build_train_step,
     make_dataset_fn,
     make_optimizer,
 )
+from trainscale.frameworks.tensorflow.tf_data import image_dataset  # noqa: E402
 from trainscale.harness.backend import Topology  # noqa: E402
-from trainscale.harness.data import image_dataset  # noqa: E402
-from trainscale.harness.models import build_model  # noqa: E402
 
 
 def _distribution_class(settings: RunSettings):

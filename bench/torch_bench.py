@@ -34,7 +34,7 @@ from trainscale.catalogue.options import RunOptions
 from trainscale.catalogue.registry import REGISTRY
 from trainscale.catalogue.settings import RunSettings
 from trainscale.frameworks.torch.torch_backend import TorchBackend
-from trainscale.harness.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_models import build_torch_model
 
 
 def harness_step(settings: RunSettings):

@@ -34,7 +34,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from trainscale.core.ports import free_ports
-from trainscale.harness.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_models import build_torch_model
 
 MIB = 2**20
 

@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 mkdir -p "$demo_dir"
 if [ ! -d "$demo_dir/data/cifar-100-python" ]; then
   "$train_venv/bin/python" -c "
-from trainscale.harness.data import generate_cifar100
+from trainscale.core.datasets import generate_cifar100
 print('demo data:', generate_cifar100('$demo_dir/data', num_images=2048, seed=0))"
 fi
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from trainscale.core.datasets import DATASETS
-from trainscale.harness.data import image_dataset, numpy_batches, prepare_images, shard_indices
+from trainscale.frameworks.tensorflow.tf_data import image_dataset, prepare_images
+from trainscale.harness.data import numpy_batches, shard_indices
 
 
 @pytest.fixture()

@@ -2,13 +2,11 @@
 
 import pytest
 
-from trainscale.harness.flops import (
+from trainscale.frameworks.tensorflow.keras_models import (
     forward_flops_per_image,
-    gpu_model,
-    peak_tflops,
     training_flops_per_image,
-    utilisation,
 )
+from trainscale.harness.flops import gpu_model, peak_tflops, utilisation
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trainscale.catalogue.settings import SettingsError
-from trainscale.harness.models import build_model
+from trainscale.frameworks.tensorflow.keras_models import build_model
 
 
 def _parameters(model) -> int:

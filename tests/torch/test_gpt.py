@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.core.gpt import GPT_SHAPES, parameter_count, training_flops_per_token
-from trainscale.harness.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_models import build_torch_model
 
 SEQ_LEN, VOCABULARY = 16, 96
 
@@ -29,7 +29,7 @@ import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
 import tensorflow as tf
-from trainscale.harness.models import build_model
+from trainscale.frameworks.tensorflow.keras_models import build_model
 
 name, seq_len, vocabulary, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 tf.keras.utils.set_random_seed(7)

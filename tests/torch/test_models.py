@@ -19,7 +19,7 @@ import torch
 from trainscale.catalogue.models import IMAGE_MODELS, MODELS, TORCH_MODELS
 from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.frameworks.torch.torch_backend import torch_forward_flops_per_image
-from trainscale.harness.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_models import build_torch_model
 
 SIZES = (32, 224)
 TORCH_IMAGE_MODELS = [name for name in TORCH_MODELS if name in IMAGE_MODELS]
@@ -28,8 +28,7 @@ _KERAS_COUNTS = """
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
-from trainscale.harness.flops import forward_flops_per_image
-from trainscale.harness.models import build_model
+from trainscale.frameworks.tensorflow.keras_models import build_model, forward_flops_per_image
 
 counts = {}
 for name in sys.argv[1].split(","):

@@ -1,7 +1,7 @@
 """The models a study may name, and what each reads: images of at least some
 side, or tokens. Pure: the settings, the schema and the CLI take the `model`
 axis's choices from here; the networks themselves are built by
-trainscale.harness.models (Keras) and trainscale.harness.torch_models
+trainscale.frameworks.tensorflow.keras_models (Keras) and trainscale.frameworks.torch.torch_models
 (torch), the same network in both.
 """
 

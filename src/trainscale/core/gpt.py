@@ -1,7 +1,7 @@
 """trainscale's text models: a GPT-style decoder's size ladder, its parameter
 count and its training FLOPs per token. Pure: no TensorFlow, no torch.
 
-The network (trainscale.harness.torch_gpt and trainscale.harness.keras_gpt
+The network (trainscale.frameworks.torch.torch_gpt and trainscale.frameworks.tensorflow.keras_gpt
 build it, the same parameter for parameter):
 
 - a token embedding (vocabulary x width) plus a learned position embedding

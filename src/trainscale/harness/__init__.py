@@ -1,1 +1,2 @@
-"""The one timed training loop, the seam its backends fill, data, models, FLOPs."""
+"""The one timed training loop, the seam its backends fill, the shards and
+batches both ecosystems read, and FLOPs."""

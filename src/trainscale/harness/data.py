@@ -1,4 +1,4 @@
-"""Training data: the pipelines that feed a data set's images to the replicas.
+"""Training data: the shards and batches both ecosystems feed their replicas.
 
 What each data set is, and the readers of its files, are trainscale.core.datasets.
 
@@ -13,8 +13,9 @@ none for the MNIST family, whose digits a flip would change) is stateless and
 seeded by the example's index, for the same reason: it does not depend on the
 sharding.
 
-Two pipelines read the same shards: tf.data for the TensorFlow frameworks,
-plain NumPy batches for the torch ones (numpy_batches). Both crop and flip
+Two pipelines read the same shards: tf.data for the TensorFlow frameworks
+(trainscale.frameworks.tensorflow.tf_data), plain NumPy batches for the
+torch ones (numpy_batches). Both crop and flip
 the same way, but draw their offsets from different generators (TensorFlow's
 stateless RNG; a SplitMix64 hash of seed and index here), so the two
 ecosystems see equally random, not identical, augmented images. The
@@ -25,10 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainscale.core.datasets import DATASETS, DataError
+from trainscale.core.datasets import DataError
 
 # --------------------------------------------------------------------------
-# Sharding and the tf.data pipelines
+# Sharding
 # --------------------------------------------------------------------------
 
 
@@ -40,7 +41,7 @@ def shard_indices(num_examples: int, shard_index: int, num_shards: int, seed: in
     return order[shard_index::num_shards]
 
 
-def _batchable_shard(
+def batchable_shard(
     num_examples: int, shard_index: int, num_shards: int, batch_size: int, seed: int
 ) -> np.ndarray:
     """shard_indices, refused when the shard does not fill one batch."""
@@ -51,48 +52,6 @@ def _batchable_shard(
             f"fewer than one batch of {batch_size}"
         )
     return indices
-
-
-def image_dataset(
-    images: np.ndarray,
-    labels: np.ndarray,
-    *,
-    shard_index: int,
-    num_shards: int,
-    batch_size: int,
-    seed: int,
-    augment: bool,
-):
-    """Batches of (uint8 NHWC images, int32 labels) from one shard, repeated forever.
-
-    Images stay uint8 at their native size here: normalising and resizing to
-    the model's input size happen inside the training step (prepare_images),
-    on the accelerator, where they are cheapest and do not starve the input
-    pipeline. `augment` is the data set's crop-and-flip (callers pass False
-    for a data set without one).
-    """
-    import tensorflow as tf
-
-    indices = _batchable_shard(len(images), shard_index, num_shards, batch_size, seed)
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (images[indices], labels[indices], indices.astype(np.int64))
-    )
-    dataset = dataset.cache().repeat()
-    if augment:
-        side, channels = images.shape[1], images.shape[3]
-
-        def augment_example(image, label, index):
-            key = tf.stack([tf.constant(seed, tf.int64), index])
-            padded = tf.image.pad_to_bounding_box(image, 4, 4, side + 8, side + 8)
-            image = tf.image.stateless_random_crop(padded, [side, side, channels], seed=key)
-            image = tf.image.stateless_random_flip_left_right(image, seed=key + 1)
-            return image, label
-
-        dataset = dataset.map(augment_example, num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        dataset = dataset.map(lambda image, label, index: (image, label))
-    dataset = dataset.batch(batch_size, drop_remainder=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def synthetic_batch(
@@ -129,21 +88,6 @@ def synthetic_example_batch(settings, shard_index: int, batch_size: int):
     if s.is_text:
         return synthetic_tokens(seq_len=s.seq_len, vocab_size=s.vocab_size, **batch)
     return synthetic_batch(image_size=s.image_size, num_classes=s.num_classes, **batch)
-
-
-def synthetic_dataset(settings, shard_indices, batch_size: int):
-    """One random batch per replica, repeated (Horovod's synthetic benchmark).
-
-    An input pipeline feeding several replicas (MirroredStrategy's one
-    pipeline) yields their batches in turn, which tf.distribute hands out
-    round-robin: replica r of the run trains on synthetic_batch(shard_index=r)
-    whichever framework runs it, as the examples' synthetic data does.
-    """
-    import tensorflow as tf
-
-    batches = [synthetic_example_batch(settings, index, batch_size) for index in shard_indices]
-    images, labels = (np.stack(parts) for parts in zip(*batches))
-    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat()
 
 
 # --------------------------------------------------------------------------
@@ -183,7 +127,7 @@ def numpy_batches(
     augment: bool,
 ):
     """image_dataset's batches as NumPy arrays, for ever: (uint8 NHWC images, int64 labels)."""
-    indices = _batchable_shard(len(images), shard_index, num_shards, batch_size, seed)
+    indices = batchable_shard(len(images), shard_index, num_shards, batch_size, seed)
     # As tf.data's repeat().batch(drop_remainder=True): batches run on across
     # the end of the shard into its next pass.
     position = 0
@@ -194,20 +138,3 @@ def numpy_batches(
         if augment:
             batch = augment_batch(batch, chosen, seed)
         yield batch, labels[chosen].astype(np.int64)
-
-
-def prepare_images(images, image_size: int, compute_dtype: str, dataset: str):
-    """Turn a batch from either pipeline into model input: float, normalised, resized.
-
-    Decided at trace time from static shapes, so a synthetic batch that is
-    already float at the right size costs nothing here.
-    """
-    import tensorflow as tf
-
-    if images.dtype == tf.uint8:
-        spec = DATASETS[dataset]
-        images = tf.cast(images, tf.float32) / 255.0
-        images = (images - tf.constant(spec.mean)) / tf.constant(spec.std)
-    if images.shape[1] != image_size or images.shape[2] != image_size:
-        images = tf.image.resize(images, [image_size, image_size], method="bilinear")
-    return tf.cast(images, compute_dtype)

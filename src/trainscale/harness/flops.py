@@ -21,8 +21,6 @@ torch.backends.cuda.matmul.allow_tf32).
 
 from __future__ import annotations
 
-import functools
-
 TRAINING_OVER_FORWARD = 3
 
 # Trainable parameters (Keras's count, the harness's models, 100 classes), for
@@ -71,38 +69,6 @@ def peak_tflops(device_name: str | None, precision: str) -> float | None:
     peaks = PEAK_TFLOPS[key]
     # TF32 allowed on a GPU without it (Volta) runs float32 on the vector units.
     return peaks.get("tf32", peaks["fp32"]) if precision == "tf32" else peaks.get(precision)
-
-
-@functools.lru_cache(maxsize=None)  # functools.cache is 3.9+
-def forward_flops_per_image(
-    model_name: str, image_size: int, num_classes: int, channels: int = 3
-) -> int:
-    """FLOPs of one forward pass of one image, counted from the Keras model's graph."""
-    import tensorflow as tf
-
-    from trainscale.harness.models import build_model
-
-    model = build_model(model_name, image_size, num_classes, channels)
-    spec = tf.TensorSpec([1, image_size, image_size, channels], tf.float32)
-    # The traced forward pass: every op with static shapes, the weights as
-    # variable reads (their shapes are all the count needs).
-    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
-    options = (
-        tf.compat.v1.profiler.ProfileOptionBuilder(
-            tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
-        )
-        .with_empty_output()
-        .build()
-    )
-    profile = tf.compat.v1.profiler.profile(graph=graph, cmd="op", options=options)
-    return int(profile.total_float_ops)
-
-
-def training_flops_per_image(
-    model_name: str, image_size: int, num_classes: int, channels: int = 3
-) -> int:
-    forward = forward_flops_per_image(model_name, image_size, num_classes, channels)
-    return TRAINING_OVER_FORWARD * forward
 
 
 def text_training_flops_per_example(settings) -> int:

@@ -1,2 +1,3 @@
-"""The TensorFlow backend and its four frameworks (tf-single, Horovod,
-MirroredStrategy, MultiWorkerMirroredStrategy)."""
+"""The TensorFlow ecosystem: its backend and frameworks (tf-single, Horovod
+and its elastic form, Mirrored, MultiWorker, CentralStorage, the parameter
+servers), its Keras models and GPT, and its tf.data pipeline."""

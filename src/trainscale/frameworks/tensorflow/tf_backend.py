@@ -13,6 +13,7 @@ import numpy as np
 from trainscale.catalogue.settings import RunSettings
 from trainscale.core.accuracy import evaluation_batches
 from trainscale.core.datasets import DATASETS
+from trainscale.frameworks.tensorflow.keras_models import build_model, training_flops_per_image
 from trainscale.frameworks.tensorflow.parameter_server import ParameterServer
 from trainscale.frameworks.tensorflow.strategies import (
     CentralStorage,
@@ -22,11 +23,14 @@ from trainscale.frameworks.tensorflow.strategies import (
     SingleDevice,
     create_distribution,
 )
+from trainscale.frameworks.tensorflow.tf_data import (
+    image_dataset,
+    prepare_images,
+    synthetic_dataset,
+)
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod, optimizer_variables
 from trainscale.harness.backend import Backend, horovod_versions
-from trainscale.harness.data import image_dataset, prepare_images, synthetic_dataset
-from trainscale.harness.flops import text_training_flops_per_example, training_flops_per_image
-from trainscale.harness.models import build_model
+from trainscale.harness.flops import text_training_flops_per_example
 
 _POLICIES = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 

@@ -1,2 +1,3 @@
-"""The torch backend and its frameworks: DDP, FSDP2, DeepSpeed, Horovod over
-PyTorch, Ray Train."""
+"""The torch ecosystem: its backend and frameworks (DDP, torchrun elastic,
+FSDP2, DeepSpeed, Horovod over PyTorch and its elastic form, Ray Train,
+pipeline and tensor parallelism), its models and GPT."""

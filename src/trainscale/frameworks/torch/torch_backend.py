@@ -38,10 +38,10 @@ from trainscale.core.accuracy import evaluation_batches
 from trainscale.core.cpus import cpu_share
 from trainscale.core.datasets import DATASETS
 from trainscale.core.supervision import CPU_ALLOCATOR_OOM
+from trainscale.frameworks.torch.torch_models import build_torch_model
 from trainscale.harness.backend import Backend, DeviceError, batches_trained, horovod_versions
 from trainscale.harness.data import numpy_batches, synthetic_example_batch
 from trainscale.harness.flops import TRAINING_OVER_FORWARD, text_training_flops_per_example
-from trainscale.harness.torch_models import build_torch_model
 
 _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -23,7 +23,7 @@ import torch
 
 from trainscale.catalogue.knobs import pipeline_microbatches
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed
-from trainscale.harness.torch_gpt import keep_stage
+from trainscale.frameworks.torch.torch_gpt import keep_stage
 
 
 class Pipeline(TorchDistributed):

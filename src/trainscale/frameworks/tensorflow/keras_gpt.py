@@ -1,5 +1,5 @@
 """The GPT-style decoder in Keras (what it is: trainscale.core.gpt), layer for
-layer trainscale.harness.torch_gpt's, with its variables in the same order:
+layer trainscale.frameworks.torch.torch_gpt's, with its variables in the same order:
 a Dense kernel is a torch Linear weight transposed, and nothing else differs
 (tests/torch/test_models.py copies one's weights into the other and compares
 the logits).

@@ -18,7 +18,7 @@ every image size (tests/torch/test_models.py holds them to the Keras counts):
   0.999), no convolution biases, and TensorFlow's "same" padding of a
   stride-2 convolution, which pads one more row and column after than before
   on an even input (torch pads evenly, so _PadSame does it).
-- small_cnn: seed 003's network (trainscale.harness.models._small_cnn).
+- small_cnn: seed 003's network (trainscale.frameworks.tensorflow.keras_models._small_cnn).
 
 Weights start as Keras starts them (Glorot-uniform kernels, zero biases), so
 the training dynamics match too. Flatten orders differ (Keras flattens height,
@@ -26,7 +26,7 @@ width, channel; torch channel first): the same function class, permuted.
 
 inception_v3 is not defined here: the settings refuse it for the torch
 frameworks (settings.TORCH_MODELS). The text models are
-trainscale.harness.torch_gpt's.
+trainscale.frameworks.torch.torch_gpt's.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from torch import nn
 
 from trainscale.catalogue.models import TORCH_MODELS
 from trainscale.core.gpt import TEXT_MODELS
-from trainscale.harness.torch_gpt import Gpt
+from trainscale.frameworks.torch.torch_gpt import Gpt
 
 VGG_BLOCKS = {
     "vgg16": ((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)),
@@ -191,7 +191,7 @@ def _small_cnn(image_size: int, num_classes: int, channels: int) -> nn.Sequentia
     )
 
 
-# The image models; the text ones are trainscale.harness.torch_gpt's.
+# The image models; the text ones are trainscale.frameworks.torch.torch_gpt's.
 _BUILDERS = {
     "vgg16": lambda *shape: _vgg(VGG_BLOCKS["vgg16"], *shape),
     "vgg19": lambda *shape: _vgg(VGG_BLOCKS["vgg19"], *shape),

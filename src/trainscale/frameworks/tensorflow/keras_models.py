@@ -1,4 +1,5 @@
-"""Models by name, all untrained (weights=None) and returning logits.
+"""The Keras models by name (catalogue.models lists them), all untrained
+(weights=None) and returning logits; and their FLOPs, counted from the graph.
 
 Logits rather than softmax outputs: the loss is computed from logits in
 float32, which is numerically safer and is what mixed precision needs.
@@ -6,9 +7,12 @@ float32, which is numerically safer and is what mixed precision needs.
 
 from __future__ import annotations
 
+import functools
+
 from trainscale.catalogue.models import MODEL_MIN_IMAGE_SIZE, MODELS
 from trainscale.catalogue.settings import SettingsError
 from trainscale.core.gpt import TEXT_MODELS
+from trainscale.harness.flops import TRAINING_OVER_FORWARD
 
 
 def _applications_model(constructor_name: str, **extra):
@@ -74,9 +78,9 @@ assert set(_BUILDERS) | set(TEXT_MODELS) == set(MODELS), "settings.MODELS disagr
 def build_model(name: str, image_size: int, num_classes: int, channels: int = 3, seq_len: int = 0):
     """Build model `name`: an image model for square inputs of side
     `image_size`, a text model for `seq_len` tokens (num_classes: its
-    vocabulary; trainscale.harness.keras_gpt)."""
+    vocabulary; trainscale.frameworks.tensorflow.keras_gpt)."""
     if name in TEXT_MODELS:
-        from trainscale.harness.keras_gpt import build_gpt
+        from trainscale.frameworks.tensorflow.keras_gpt import build_gpt
 
         return build_gpt(name, seq_len, num_classes)
     if name not in _BUILDERS:
@@ -86,3 +90,33 @@ def build_model(name: str, image_size: int, num_classes: int, channels: int = 3,
             f"--image-size {image_size} is below {name}'s minimum of {MODEL_MIN_IMAGE_SIZE[name]}"
         )
     return _BUILDERS[name](image_size, num_classes, channels)
+
+
+@functools.lru_cache(maxsize=None)  # functools.cache is 3.9+
+def forward_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
+    """FLOPs of one forward pass of one image, counted from the Keras model's graph."""
+    import tensorflow as tf
+
+    model = build_model(model_name, image_size, num_classes, channels)
+    spec = tf.TensorSpec([1, image_size, image_size, channels], tf.float32)
+    # The traced forward pass: every op with static shapes, the weights as
+    # variable reads (their shapes are all the count needs).
+    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec).graph
+    options = (
+        tf.compat.v1.profiler.ProfileOptionBuilder(
+            tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+        )
+        .with_empty_output()
+        .build()
+    )
+    profile = tf.compat.v1.profiler.profile(graph=graph, cmd="op", options=options)
+    return int(profile.total_float_ops)
+
+
+def training_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
+    forward = forward_flops_per_image(model_name, image_size, num_classes, channels)
+    return TRAINING_OVER_FORWARD * forward  # trainscale.harness.flops
