@@ -236,7 +236,7 @@ def check_a_torch_run(record, stdout: str, replicas: int):
     (tests/torch: test_frameworks.py, and test_ray_train.py for Ray's)."""
     import pytest
 
-    from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS
+    from trainscale.catalogue.models import KNOWN_TRAINABLE_PARAMETERS
 
     assert record["status"] == "ok" and record["source"] == "measured"
     assert record["replicas"] == record["processes"] == replicas

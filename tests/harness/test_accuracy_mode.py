@@ -28,7 +28,7 @@ settings = RunSettings(
 )
 backend = backend_class(settings.framework)(settings, RunOptions())
 backend.prepare()
-with backend.framework.scope():
+with backend.distribution.scope():
     backend.optimizer.build(backend.model.trainable_variables)
 before = [v.numpy().copy() for v in backend.model.variables]
 backend.compile_untouched()

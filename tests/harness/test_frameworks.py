@@ -10,10 +10,10 @@ import pytest
 from runs import GLOBAL_BATCH, framework_run
 
 from trainscale.catalogue.launch_kinds import HOROVOD_LAUNCHER
+from trainscale.catalogue.models import KNOWN_TRAINABLE_PARAMETERS
 from trainscale.catalogue.registry import REGISTRY, framework_spec
 from trainscale.catalogue.settings import RunSettings, reads_setting
 from trainscale.frameworks.tensorflow.keras_models import forward_flops_per_image
-from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS
 
 
 def _cases():

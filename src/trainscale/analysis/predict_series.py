@@ -14,9 +14,9 @@ import json
 import pandas as pd
 
 from trainscale.analysis.predict import PARAMETER_SERVER, Cell, PredictError, Series
+from trainscale.catalogue.models import KNOWN_TRAINABLE_PARAMETERS
 from trainscale.catalogue.registry import FRAMEWORKS, base_of, framework_spec, table_order
 from trainscale.catalogue.traffic import Traffic
-from trainscale.harness.flops import KNOWN_TRAINABLE_PARAMETERS
 
 
 def _record(path: str) -> dict:

@@ -1,8 +1,9 @@
 """The models a study may name, and what each reads: images of at least some
-side, or tokens. Pure: the settings, the schema and the CLI take the `model`
-axis's choices from here; the networks themselves are built by
-trainscale.frameworks.tensorflow.keras_models (Keras) and trainscale.frameworks.torch.torch_models
-(torch), the same network in both.
+side, or tokens; and what is known of each without building it. Pure: the
+settings, the schema and the CLI take the `model` axis's choices from here;
+the networks themselves are built by each ecosystem's module
+(trainscale.frameworks.tensorflow.keras_models,
+trainscale.frameworks.torch.torch_models), the same network in both.
 """
 
 from __future__ import annotations
@@ -29,6 +30,20 @@ TORCH_MIN_IMAGE_SIZE = {**MODEL_MIN_IMAGE_SIZE, "resnet50": 28, "mobilenet_v2": 
 # The models defined for torch too, as the same networks; the torch
 # frameworks refuse the others.
 TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn", *TEXT_MODELS)
+# Trainable parameters (Keras's count, the models, 100 classes), for
+# records written before the harness recorded `trainable_parameters`
+# (trainscale.analysis.predict sizes the gradient all-reduce from it).
+KNOWN_TRAINABLE_PARAMETERS = {
+    ("vgg16", 224): 134_670_244,
+    ("vgg16", 32): 34_006_948,
+    ("vgg19", 224): 139_979_940,
+    ("vgg19", 32): 39_316_644,
+    ("resnet50", 224): 23_739_492,
+    ("resnet50", 32): 23_739_492,
+    ("small_cnn", 224): 2_819_930,
+    ("small_cnn", 32): 35_930,
+}
+
 # The data sets a text model reads: text, or synthetic tokens.
 TEXT_DATASETS = (*(name for name, d in DATASETS.items() if d.is_text), "synthetic")
 

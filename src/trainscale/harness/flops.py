@@ -23,20 +23,6 @@ from __future__ import annotations
 
 TRAINING_OVER_FORWARD = 3
 
-# Trainable parameters (Keras's count, the harness's models, 100 classes), for
-# records written before the harness recorded `trainable_parameters`
-# (trainscale.analysis.predict sizes the gradient all-reduce from it).
-KNOWN_TRAINABLE_PARAMETERS = {
-    ("vgg16", 224): 134_670_244,
-    ("vgg16", 32): 34_006_948,
-    ("vgg19", 224): 139_979_940,
-    ("vgg19", 32): 39_316_644,
-    ("resnet50", 224): 23_739_492,
-    ("resnet50", 32): 23_739_492,
-    ("small_cnn", 224): 2_819_930,
-    ("small_cnn", 32): 35_930,
-}
-
 # TFLOP/s per GPU (SXM parts, dense), by the arithmetic a run's steps ran.
 PEAK_TFLOPS = {
     "V100": {"fp32": 15.7, "fp16": 125.0},
