@@ -1,7 +1,8 @@
-"""Each framework's training code, under its ecosystem: `tensorflow/` and
-`torch/`. A framework's registry entry (trainscale.catalogue.registry) names its
-Backend class as "module:Class"; `backend_class` imports it, and only that
-ecosystem's modules, when a run starts."""
+"""Each ecosystem's code, in `tensorflow/` and `torch/`: its frameworks'
+training code, its models, its GPT and its input pipeline. A framework's
+registry entry (trainscale.catalogue.registry) names its Backend class as
+"module:Class"; `backend_class` imports it, and only that ecosystem's
+modules, when a run starts."""
 
 from __future__ import annotations
 
