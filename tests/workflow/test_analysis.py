@@ -291,17 +291,23 @@ def test_collect_refuses_a_study_that_mixes_cpu_and_gpu(tmp_path):
 
 def test_a_runs_knobs_are_read_from_its_settings_and_an_old_records_from_its_path():
     from trainscale.analysis.tidy import record_knobs
+    from trainscale.study.study import GridPoint
+
+    def at(path):
+        return GridPoint.from_path(path)
 
     record = json.loads(Path(PUBLISHED).read_text())  # horovod, settings with xla false
     axes = ["horovod_fusion_threshold_mb", "xla"]
     record["settings"]["xla"] = True
     # The settings, not the folder, say what ran: each axis its framework reads.
-    assert record_knobs(record, "runs/horovod/vgg16/b64/n1g2r1.json", axes) == (
+    assert record_knobs(record, at("runs/horovod/vgg16/b64/n1g2r1.json"), axes) == (
         "horovod_fusion_threshold_mb=64+xla=true"
     )
     mirrored = {**record, "framework": "tf-mirrored"}  # reads xla, not Horovod's fusion
-    assert record_knobs(mirrored, "runs/tf-mirrored/vgg16/b64/n1g2r1.json", axes) == "xla=true"
+    assert record_knobs(mirrored, at("runs/tf-mirrored/vgg16/b64/n1g2r1.json"), axes) == "xla=true"
     # A record without settings (or no study's axes): its folder names its knobs.
     old = {k: v for k, v in record.items() if k != "settings"}
-    assert record_knobs(old, "runs/horovod/vgg16/b64/xla=false/n1g2r1.json", axes) == "xla=false"
-    assert record_knobs(record, "runs/horovod/vgg16/b64/n1g2r1.json", None) == ""
+    assert (
+        record_knobs(old, at("runs/horovod/vgg16/b64/xla=false/n1g2r1.json"), axes) == "xla=false"
+    )
+    assert record_knobs(record, at("runs/horovod/vgg16/b64/n1g2r1.json"), None) == ""

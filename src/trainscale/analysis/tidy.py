@@ -121,18 +121,23 @@ def _or_nan(value) -> float:
     return math.nan if value is None else value
 
 
-def record_knobs(record: dict, path: str, knob_axes: list[str] | None) -> str:
+def measured_settings(record: dict) -> dict:
+    """What the record was measured with, every setting named: a setting newer
+    than the record was at its default when it was measured, and one written
+    under a former name (iterations) reads as now."""
+    return {**SETTING_DEFAULTS, **renamed(record.get("settings") or {}, all_settings())}
+
+
+def record_knobs(record: dict, point: GridPoint | None, knob_axes: list[str] | None) -> str:
     """The run's knobs, 'name=value+...': from the record's own settings, for
-    each of the study's knob axes (`knob_axes`) its framework reads; from its
-    path where the record has no settings (or the study's axes are not
-    given), as an old record's folder names them. check_record holds the two
-    equal for every record of a study."""
-    settings = record.get("settings")
-    if settings and knob_axes is not None:
-        measured = {**SETTING_DEFAULTS, **renamed(settings, all_settings())}
+    each of the study's knob axes (`knob_axes`) its framework reads; from the
+    grid point its path names (`point`) where the record has no settings (or
+    the study's axes are not given), as an old record's folder names them.
+    check_record holds the two equal for every record of a study."""
+    if record.get("settings") and knob_axes is not None:
+        measured = measured_settings(record)
         read = [n for n in knob_axes if reads_setting(record["framework"], n)]
         return join_knobs((name, knob_text(measured.get(name))) for name in read)
-    point = GridPoint.from_path(path)
     return point.knobs_name if point else ""
 
 
@@ -152,7 +157,7 @@ def record_row(study: str, path: str, knob_axes: list[str] | None = None) -> dic
         "dataset": record["dataset"],
         "image_size": record["image_size"],
         "batch_size": record["batch_size"],
-        "knobs": record_knobs(record, path, knob_axes),
+        "knobs": record_knobs(record, point, knob_axes),
         "nodes": record["nodes"],
         "gpus_per_node": record["gpus_per_node"],
         "gpus": gpus,
@@ -235,9 +240,7 @@ def check_record(path: str, expected: dict | None = None) -> dict:
         ) from None
     except ValueError as err:
         raise CollectError(str(err)) from None
-    # A setting newer than the record was at its default when it was measured.
-    # A record written under a setting's former name (iterations) reads as now.
-    measured = {**SETTING_DEFAULTS, **renamed(record.get("settings") or {}, all_settings())}
+    measured = measured_settings(record)
     point = GridPoint.from_path(path)
     if point:
         named = {key: getattr(point, key) for key in GRID_KEYS}

@@ -126,7 +126,8 @@ def numpy_batches(
     seed: int,
     augment: bool,
 ):
-    """image_dataset's batches as NumPy arrays, for ever: (uint8 NHWC images, int64 labels)."""
+    """tf_data.image_dataset's batches as NumPy arrays, for ever: (uint8 NHWC
+    images, int64 labels)."""
     indices = batchable_shard(len(images), shard_index, num_shards, batch_size, seed)
     # As tf.data's repeat().batch(drop_remainder=True): batches run on across
     # the end of the shard into its next pass.

@@ -12,29 +12,30 @@ from __future__ import annotations
 import os
 
 from trainscale.analysis import outputs
-from trainscale.catalogue.registry import FRAMEWORKS, base_of, table_order
+from trainscale.catalogue.registry import base_of, table_order
 from trainscale.core.gpt import TEXT_MODELS
 from trainscale.core.records import record_paths
 from trainscale.launching.examples import examples_of
-from trainscale.study.study import record_path, run_settings
+from trainscale.study.study import record_path
 
 Files = tuple[list[str], list[str]]  # (tables, figures)
 
 
 class StudyOutputs:
-    """The files of a study of `points`, its probes' files `probe_files`
-    (relative to the working directory, as Snakemake names them)."""
+    """The files of a study of `points`; `runnable`: the settings of each
+    point trainscale runs (a cached study may name frameworks it does not,
+    seed 004's Ray Train, whose records are only read); its probes' files
+    `probe_files` (relative to the working directory, as Snakemake names them)."""
 
-    def __init__(self, config: dict, points: list, probe_files: list[str], examples: str):
+    def __init__(
+        self, config: dict, points: list, runnable: dict, probe_files: list[str], examples: str
+    ):
         self.config = config
         self.points = points
         self.results = f"results/{config['study']}"
         self.reference = config.get("reference")
         self.probe_files = probe_files
-        # A cached study may name frameworks trainscale does not run (seed
-        # 004's Ray Train): their records are only read.
-        runnable = [p for p in points if p.framework in FRAMEWORKS]
-        settings = [run_settings(config, p) for p in runnable]
+        settings = runnable.values()
         self.accuracy = config["benchmark"]["mode"] == "accuracy"
         # A fault in the grid (trainscale.core.faults): what recovery cost.
         self.faulted = any(s.fault != "none" for s in settings)

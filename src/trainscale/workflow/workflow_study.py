@@ -48,11 +48,11 @@ class WorkflowStudy:
         self.grid = set(points)
         self.knob_axes = knob_axes(config)  # the grid's, in KNOB_AXES order
         self.folder = folder  # study_folder.StudyFolder: read-only? what to save
-        # A cached study's foreign frameworks have no job.
-        self.runnable = [p for p in points if p.framework in FRAMEWORKS]
+        # A cached study's foreign frameworks have no job; the others' settings, once.
+        self.runnable = {p: run_settings(config, p) for p in points if p.framework in FRAMEWORKS}
         self.probes = [] if folder.read_only else study_probes(config, points)
         probe_files = [f"{self.results}/{job.stem()}.json" for job in self.probes]
-        self.outputs = StudyOutputs(config, points, probe_files, examples)
+        self.outputs = StudyOutputs(config, points, self.runnable, probe_files, examples)
         # A job runs from its framework's environment unless conda or a
         # container provides it. Where that is checked is the study's choice
         # (cluster.environment_check): here (refusals), node (each job's
@@ -90,7 +90,7 @@ class WorkflowStudy:
         """The file a train job waits for, if the workflow writes its data:
         the digits, Python's text, or a random CIFAR-100 archive of
         benchmark.generate_cifar100_images; None if the data is the user's."""
-        read = {run_settings(self.config, p).dataset for p in self.runnable}
+        read = {settings.dataset for settings in self.runnable.values()}
         if "digits" in read:
             return self.digits_files()[0]
         if "python-docs" in read:
