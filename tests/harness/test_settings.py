@@ -155,6 +155,11 @@ def test_run_plans_srun_steps_inside_a_slurm_job(monkeypatch):
     ]
     assert "--mpi=pmix" in argv and argv[argv.index("--expect-cuda-devices") + 1] == "1"
     assert ends_by_itself
+    # GPU ranks poll Open MPI's progress; CPU ranks yield a core they share.
+    assert "OMPI_MCA_mpi_yield_when_idle" not in env
+    on_cpu = dataclasses.replace(s, device="cpu")
+    [(_, env, _, _)] = process_plan(on_cpu, options)
+    assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
     mirrored = RunSettings(framework="tf-mirrored", gpus_per_node=4, dataset="synthetic")
     [(argv, _, _, _)] = process_plan(mirrored, RunOptions("r.json", requested_gpus_per_node=4))
     # One process is a step of its own too (SLURM then marks the step, not

@@ -205,7 +205,11 @@ class HorovodRanks(LaunchKind):
     def slurm_step(self, settings) -> tuple[list[str], dict[str, str]]:
         if settings.horovod_launcher == "mpi":
             # Debian's Open MPI can be started by srun only through PMIx.
-            return ["--mpi=pmix"], {}
+            # On the CPU, ranks yield while they wait, as under mpirun
+            # (horovod_command): a rank whose peer's node died otherwise
+            # polls a core until SLURM ends the job.
+            yielding = {"OMPI_MCA_mpi_yield_when_idle": "1"} if settings.device == "cpu" else {}
+            return ["--mpi=pmix"], yielding
         per_node = self.processes_per_node(settings.gpus_per_node, settings.device)
         return [], slurm.start_gloo_rendezvous(settings.nodes, per_node)
 
