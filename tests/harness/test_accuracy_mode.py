@@ -20,6 +20,7 @@ import json, sys
 import numpy as np
 from trainscale.catalogue.options import RunOptions
 from trainscale.catalogue.settings import RunSettings
+from trainscale.core.datasets import load_dataset
 from trainscale.frameworks import backend_class
 
 settings = RunSettings(
@@ -45,6 +46,7 @@ result.update(
     learning_rate=float(backend.optimizer.learning_rate.numpy()),
     moved=any(not np.array_equal(b, m) for b, m in zip(before, moved)),
     evaluation=[float(x) for x in backend.evaluate()],
+    test_labels=np.bincount(load_dataset("mnist", sys.argv[1], "test")[1], minlength=10).tolist(),
 )
 print(json.dumps(result))
 """
@@ -67,6 +69,12 @@ def test_the_first_call_before_the_clock_learns_nothing(mnist_dir):
     # weights, at the rate set for it.
     assert result["iterations_after_a_step"] == 1 and result["moved"]
     assert result["learning_rate"] == pytest.approx(0.05)
-    # The test split: 20 examples, each counted once over the batches' padding.
-    loss_sum, correct, examples = result["evaluation"]
+    # The test split: 20 examples, each counted once over the batches' padding,
+    # and again class by class (MNIST's 10): each class's examples as the
+    # split's labels have them, its correct ones summing to the whole's.
+    loss_sum, correct, examples, *by_class = result["evaluation"]
     assert examples == 20 and 0 <= correct <= 20 and loss_sum > 0
+    correct_by_class, examples_by_class = by_class[:10], by_class[10:]
+    assert examples_by_class == result["test_labels"] and len(by_class) == 20
+    assert sum(correct_by_class) == correct
+    assert all(0 <= c <= e for c, e in zip(correct_by_class, examples_by_class))

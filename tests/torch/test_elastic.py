@@ -104,6 +104,13 @@ def test_an_accuracy_run_that_recovered_reaches_the_accuracy_of_one_that_did_not
     for key in ("test_accuracy", "test_loss", "train_loss"):
         assert [p[key] for p in record["curve"]] == [p[key] for p in clean["curve"]], key
     assert record["final_test_accuracy"] == clean["final_test_accuracy"]
+    # Class by class too (MNIST's 10): the 64 test examples, each counted
+    # once over both ranks, and their correct ones the whole's accuracy.
+    per_class, examples = record["final_test_accuracy_per_class"], record["test_examples_per_class"]
+    assert per_class == clean["final_test_accuracy_per_class"] and len(per_class) == 10
+    assert sum(examples) == record["test_examples"] == 64
+    correct = sum(a * e for a, e in zip(per_class, examples, strict=True) if e)
+    assert correct / 64 == pytest.approx(record["final_test_accuracy"])
     # The clock went on through the recovery: the second epoch took it.
     walls = [p["wall_seconds"] for p in record["curve"]]
     assert walls == sorted(walls) and walls[1] - walls[0] > recovery["recovery_seconds"]

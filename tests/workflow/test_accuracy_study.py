@@ -77,6 +77,13 @@ def test_every_run_reaches_the_target_and_records_its_curve(study):
         assert (record["time_to_target_seconds"], record["epochs_to_target"]) == time_to_target(
             curve, Target("test_accuracy", TARGET)
         )
+        # Each of the 10 digits scored on its own: the test split's 300
+        # examples, and their correct ones the whole's accuracy.
+        per_class = record["final_test_accuracy_per_class"]
+        examples = record["test_examples_per_class"]
+        assert len(per_class) == len(examples) == 10 and sum(examples) == 300
+        correct = sum(a * e for a, e in zip(per_class, examples, strict=True))
+        assert correct / 300 == pytest.approx(record["final_test_accuracy"])
         walls = [p["wall_seconds"] for p in curve]
         assert walls == sorted(walls) and walls[0] > 0
         assert record["startup_seconds"] > 0  # off the clock
@@ -107,6 +114,22 @@ def test_accuracy_tables_and_figure(study):
     assert (table["time_to_target_mean"] > 0).all()
     ranks = pd.read_csv(os.path.join(study, "tables", "ranks.csv"))
     assert set(ranks["throughput_rank"]) == {1, 2} == set(ranks["time_to_target_rank"])
+    # Each cell's classes: the mean of its one run's, lowest to highest.
+    per_class = pd.read_csv(os.path.join(study, "tables", "accuracy_per_class.csv"))
+    assert list(zip(per_class["framework"], per_class["gpus"])) == list(
+        zip(table["framework"], table["gpus"])
+    )
+    names = {"horovod": "Horovod", "torch-ddp": "PyTorch DDP"}
+    by_cell = {
+        (names[r["framework"]], r["replicas"]): r["final_test_accuracy_per_class"]
+        for r in _records(study)
+    }
+    for _, row in per_class.iterrows():
+        expected = by_cell[row["framework"], row["gpus"]]
+        assert [row[f"class_{i}"] for i in range(10)] == pytest.approx(expected)
+        assert row["lowest_accuracy"] == pytest.approx(min(expected))
+        assert row["highest_accuracy"] == pytest.approx(max(expected))
+        assert expected[row["lowest_class"]] == min(expected)
     curves = pd.read_csv(os.path.join(study, "curves.csv"))
     assert len(curves) == sum(len(r["curve"]) for r in _records(study))
     for ext in ("png", "pdf"):

@@ -9,6 +9,9 @@ its repeats) are trainscale.core.accuracy's.
   with how many runs reached it, epochs-to-target, images/sec while training.
 - tables/ranks: per GPU count, each framework's rank by images/sec beside its
   rank by time-to-target ("faster per step is not always faster to the target").
+- tables/accuracy_per_class: per framework and GPU count, the final test
+  accuracy of each class (seed 003's "car 74 %, cat 36 %"): its lowest,
+  median and highest class, and every class where there are at most 20.
 - figures/accuracy: test accuracy against wall time, one line per framework
   and GPU count, the target as a dashed line.
 """
@@ -20,7 +23,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from trainscale.analysis.outputs import ACCURACY, RANKS, figure_files
+from trainscale.analysis.outputs import ACCURACY, ACCURACY_PER_CLASS, RANKS, figure_files
 from trainscale.analysis.rendering import write_table
 from trainscale.analysis.tidy import add_series, record_row, series_label, series_order
 from trainscale.core.accuracy import cell_time_to_target
@@ -41,6 +44,8 @@ def run_row(study: str, path: str, knob_axes: list | None = None) -> dict:
     # A record from before text models had its target in target_accuracy.
     row["target_metric"] = record.get("target_metric", "test_accuracy")
     row["target"] = record.get("target", record.get("target_accuracy"))
+    # A list: per_class_table reads it; accuracy.csv, one row per run, does not.
+    row["per_class"] = record.get("final_test_accuracy_per_class") or []
     return row
 
 
@@ -94,6 +99,42 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
     table["order"] = [series_order(s) for s in table["series"]]
     table = table.sort_values(["model", "batch_size", "panel_knobs", "gpus", "order"])
     return table.drop(columns=["order"]).reset_index(drop=True)
+
+
+# Every class a column of its own up to this many (CIFAR-10's, MNIST's); beyond
+# (CIFAR-100's), the lowest, median and highest only.
+CLASS_COLUMNS_UP_TO = 20
+
+
+def per_class_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell whose records score each class: each class's final test
+    accuracy, the mean over the cell's runs; which class is lowest and highest."""
+    rows = []
+    scored = runs[(runs["status"] == "ok") & (runs["per_class"].map(len) > 0)]
+    for cell, group in scored.groupby(CELL, sort=False):
+        # A class the test split lacks is None in its record: no accuracy.
+        accuracies = [[np.nan if a is None else a for a in run] for run in group["per_class"]]
+        mean = np.asarray(accuracies, dtype=float).mean(axis=0)
+        lowest, highest = int(np.nanargmin(mean)), int(np.nanargmax(mean))
+        row = {
+            **dict(zip(CELL, cell, strict=True)),
+            "framework": series_label(cell[CELL.index("series")]),
+            "runs": len(group),
+            "lowest_class": lowest,
+            "lowest_accuracy": mean[lowest],
+            "median_accuracy": float(np.nanmedian(mean)),
+            "highest_class": highest,
+            "highest_accuracy": mean[highest],
+        }
+        if len(mean) <= CLASS_COLUMNS_UP_TO:
+            row.update({f"class_{i}": value for i, value in enumerate(mean)})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if table.empty:  # records from before it, or a text model's
+        return pd.DataFrame({"note": ["no record scores each class"]})
+    table["order"] = [series_order(s) for s in table["series"]]
+    table = table.sort_values(["model", "batch_size", "panel_knobs", "gpus", "order"])
+    return table.drop(columns=["order", "series"]).reset_index(drop=True)
 
 
 def ranks_table(cells: pd.DataFrame, clock: str = "time_to_target") -> pd.DataFrame:
@@ -165,7 +206,8 @@ def write_accuracy(
     study: str, records: list[str], folder: str, knob_axes: list | None = None
 ) -> pd.DataFrame:
     """accuracy.csv and curves.csv in `folder`; tables/accuracy, tables/ranks,
-    figures/accuracy. `knob_axes`: the study's (tidy.record_knobs)."""
+    tables/accuracy_per_class, figures/accuracy. `knob_axes`: the study's
+    (tidy.record_knobs)."""
     from trainscale.core.records import atomic_write_text
 
     runs, curves = [], []
@@ -174,7 +216,8 @@ def write_accuracy(
         runs.append(run)
         curves += curve_rows(path, run)
     runs = add_series(pd.DataFrame(runs))
-    atomic_write_text(os.path.join(folder, "accuracy.csv"), runs.to_csv(index=False))
+    per_run = runs.drop(columns=["per_class"])
+    atomic_write_text(os.path.join(folder, "accuracy.csv"), per_run.to_csv(index=False))
     curves = add_series(pd.DataFrame(curves, columns=[*curve_columns(), "knobs"]))
     atomic_write_text(os.path.join(folder, "curves.csv"), curves.to_csv(index=False))
     cells = accuracy_table(runs)
@@ -202,8 +245,15 @@ def write_accuracy(
         f"Faster per step is not always faster {goal} ({study})",
         ACCURACY_LABELS,
     )
+    write_table(
+        per_class_table(runs),
+        tables,
+        ACCURACY_PER_CLASS,
+        f"Final test accuracy of each class ({study})",
+        ACCURACY_LABELS,
+    )
     accuracy_figure(curves, target, figure_files(folder, [ACCURACY]), metric)
-    return runs
+    return per_run
 
 
 def curve_columns() -> list[str]:
@@ -238,6 +288,14 @@ ACCURACY_LABELS = {
     "reached": "Runs reaching it",
     "epochs_to_target": "Epochs to target",
     "training_seconds": "Training time (s)",
+    "runs": "Runs",
+    "note": "Note",
+    "lowest_class": "Lowest class",
+    "lowest_accuracy": "Lowest accuracy",
+    "median_accuracy": "Median accuracy",
+    "highest_class": "Highest class",
+    "highest_accuracy": "Highest accuracy",
+    **{f"class_{i}": f"Class {i}" for i in range(CLASS_COLUMNS_UP_TO)},
     "images_per_sec": "Images/sec training",
     "images_per_sec_mean": "Images/sec training",
     "throughput_rank": "Rank by images/sec",

@@ -31,8 +31,8 @@ PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT, PREDICTED_CROSSOVER = (
 PREDICTED_TABLES = (PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT, PREDICTED_CROSSOVER)
 # predict_probe.write_probe_comparison
 PREDICTED_VS_PROBE = "predicted_vs_probe"
-# accuracy_report.write_accuracy: two tables and a figure
-ACCURACY, RANKS = "accuracy", "ranks"
+# accuracy_report.write_accuracy: three tables and a figure
+ACCURACY, RANKS, ACCURACY_PER_CLASS = "accuracy", "ranks", "accuracy_per_class"
 # network_report.write_network: a table and a figure
 NETWORK = "network"
 # recovery_report.write_recovery (a study with a fault): two tables and a figure

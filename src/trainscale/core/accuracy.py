@@ -83,6 +83,29 @@ def target_of(settings) -> Target:
     return Target("test_accuracy", settings.target_accuracy)
 
 
+def scored_classes(settings) -> int:
+    """How many classes an evaluation counts one by one (seed 003 reads its
+    DeepSpeed runs class by class): an image data set's; none for a text
+    model, whose "classes" are its vocabulary's tokens."""
+    return 0 if settings.is_text else settings.num_classes
+
+
+def per_class_accuracy(totals: np.ndarray, classes: int) -> dict:
+    """The record's per-class part from an evaluation's summed row
+    ([loss, correct, examples, correct of each class, examples of each
+    class]): each class's test accuracy (None where the split has none of
+    it) and its examples; nothing where `classes` is 0."""
+    if not classes:
+        return {}
+    correct, examples = totals[3 : 3 + classes], totals[3 + classes : 3 + 2 * classes]
+    return {
+        "final_test_accuracy_per_class": [
+            float(c / e) if e else None for c, e in zip(correct, examples)
+        ],
+        "test_examples_per_class": [int(round(e)) for e in examples],
+    }
+
+
 def time_to_target(curve: list[dict], target: Target) -> tuple[float | None, int | None]:
     """(seconds, epochs) at the first evaluation that reached `target`; (None, None)
     if none reached it, or there is no target (0)."""

@@ -144,7 +144,8 @@ class Backend:
 
     def evaluate(self) -> np.ndarray:
         """This process's share of the test split (accuracy.evaluation_shard),
-        with the model in inference mode: [summed loss, correct, examples]."""
+        with the model in inference mode: [summed loss, correct, examples],
+        then each scored class's correct and examples (accuracy.scored_classes)."""
         raise NotImplementedError
 
     def read_loss(self, loss) -> float:

@@ -16,7 +16,14 @@ import math
 
 import numpy as np
 
-from trainscale.core.accuracy import learning_rate, peak_learning_rate, target_of, time_to_target
+from trainscale.core.accuracy import (
+    learning_rate,
+    peak_learning_rate,
+    per_class_accuracy,
+    scored_classes,
+    target_of,
+    time_to_target,
+)
 from trainscale.core.timing import BlockTimes, Stopwatch
 from trainscale.harness.backend import Backend
 from trainscale.harness.progress import log, unit, who
@@ -66,8 +73,9 @@ def train_epochs(backend: Backend, events: RunEvents, first_step: int = 0):
         loss_value = backend.read_loss(loss)
         seconds = epoch_clock.elapsed()
         own = np.array([epochs.local_rate(seconds), loss_value, seconds])
-        # One collective: every process's test share and its epoch's numbers.
-        gathered = backend.gather_rows(np.concatenate([backend.evaluate(), own]))
+        # One collective: every process's epoch's numbers and test share
+        # (OWN columns, then evaluate()'s).
+        gathered = backend.gather_rows(np.concatenate([own, backend.evaluate()]))
         curve.append(_curve_point(backend, epochs, gathered, epoch, offset + clock.elapsed()))
         curve[-1].update(learning_rate=rate)
         images = round(epochs.images[-1])
@@ -82,20 +90,24 @@ def train_epochs(backend: Backend, events: RunEvents, first_step: int = 0):
             )
         if target_of(s).reached(curve[-1]):
             break
-    return epochs, _summary(backend, curve, steps, int(gathered[:, 2].sum()))
+    return epochs, _summary(backend, curve, steps, gathered[:, OWN:].sum(axis=0))
+
+
+# A gathered row: the process's epoch (rate, loss, seconds), then its evaluation.
+OWN = 3
 
 
 def _curve_point(backend, epochs: BlockTimes, gathered: np.ndarray, epoch: int, wall: float):
     """One epoch's row of the curve from every process's gathered numbers."""
-    loss_sum, correct, examples = gathered[:, :3].sum(axis=0)
+    loss_sum, correct, examples = gathered[:, OWN : OWN + 3].sum(axis=0)
     own = gathered[backend.topology.process_index]
-    total = epochs.add(float(own[5]), gathered[:, 3], gathered[:, 5])
+    total = epochs.add(float(own[2]), gathered[:, 0], gathered[:, 2])
     point = {
         "epoch": epoch + 1,
         "wall_seconds": wall,
-        "train_seconds": float(gathered[:, 5].max()),
+        "train_seconds": float(gathered[:, 2].max()),
         "images_per_sec": total,
-        "train_loss": float(own[4]) if backend.loss_is_global else float(gathered[:, 4].sum()),
+        "train_loss": float(own[1]) if backend.loss_is_global else float(gathered[:, 1].sum()),
         "test_loss": float(loss_sum / examples),
         # A text model's: the share of next tokens predicted right.
         "test_accuracy": float(correct / examples),
@@ -105,7 +117,9 @@ def _curve_point(backend, epochs: BlockTimes, gathered: np.ndarray, epoch: int, 
     return point
 
 
-def _summary(backend: Backend, curve: list[dict], steps: int, test_examples: int) -> dict:
+def _summary(backend: Backend, curve: list[dict], steps: int, tested: np.ndarray) -> dict:
+    """What the record says of accuracy; `tested`: the last evaluation's
+    row (Backend.evaluate), summed over the processes."""
     s = backend.settings
     target = target_of(s)
     seconds, epochs_to_target = time_to_target(curve, target)
@@ -113,7 +127,7 @@ def _summary(backend: Backend, curve: list[dict], steps: int, test_examples: int
         "mode": "accuracy",
         "final_loss": curve[-1]["train_loss"],
         "train_examples": backend.train_examples,
-        "test_examples": test_examples,
+        "test_examples": int(round(tested[2])),
         "steps_per_epoch": steps,
         "epochs_run": len(curve),
         # The whole run on the clock: to the target, or through every epoch.
@@ -127,5 +141,6 @@ def _summary(backend: Backend, curve: list[dict], steps: int, test_examples: int
         "final_test_loss": curve[-1]["test_loss"],
         **({"final_test_perplexity": curve[-1]["test_perplexity"]} if s.is_text else {}),
         "peak_learning_rate": peak_learning_rate(s.learning_rate, s.replicas, s.lr_scaling),
+        **per_class_accuracy(tested, scored_classes(s)),
         "curve": curve,
     }

@@ -109,7 +109,7 @@ class StudyOutputs:
 
     def accuracy_files(self) -> Files:
         """An accuracy study's tables and figure; none for a throughput study."""
-        tables = [outputs.ACCURACY, outputs.RANKS]
+        tables = [outputs.ACCURACY, outputs.RANKS, outputs.ACCURACY_PER_CLASS]
         return self._analysis(self.accuracy, tables, [outputs.ACCURACY])
 
     def recovery_files(self) -> Files:

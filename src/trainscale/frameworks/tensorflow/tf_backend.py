@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from trainscale.catalogue.settings import RunSettings
-from trainscale.core.accuracy import evaluation_batches
+from trainscale.core.accuracy import evaluation_batches, scored_classes
 from trainscale.core.datasets import DATASETS
 from trainscale.frameworks.tensorflow.keras_models import build_model, training_flops_per_image
 from trainscale.frameworks.tensorflow.parameter_server import ParameterServer
@@ -117,8 +117,9 @@ def build_train_step(distribution, model, optimizer, settings: RunSettings):
 
 
 def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
-    """This process's test shard in equal batches, and the step that scores one:
-    (summed loss, correct, examples), in inference mode (dropout off, batch
+    """This process's test shard in equal batches, and the step that scores one
+    (Backend.evaluate's row: summed loss, correct, examples, then each class's
+    correct and examples), in inference mode (dropout off, batch
     norm's moving statistics). Called outside the strategy's replica context:
     one process evaluates its shard on its own, with no collective."""
     import tensorflow as tf
@@ -130,6 +131,7 @@ def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
     )
     batches = [tuple(tf.constant(part) for part in parts) for parts in shard]
     model = backend.model
+    classes = scored_classes(settings)
     loss_per_example = tf.keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction=tf.keras.losses.Reduction.NONE
     )
@@ -147,11 +149,13 @@ def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
         losses = loss_per_example(labels, logits)
         if settings.is_text:  # an example's: the mean over its tokens
             correct, losses = tf.reduce_mean(correct, axis=-1), tf.reduce_mean(losses, axis=-1)
-        return (
-            tf.reduce_sum(losses * weights),
-            tf.reduce_sum(correct * weights),
-            tf.reduce_sum(weights),
-        )
+        sums = [tf.reduce_sum(losses * weights), tf.reduce_sum(correct * weights)]
+        sums = [tf.stack([*sums, tf.reduce_sum(weights)])]
+        if classes:
+            by_class = tf.cast(labels, tf.int32)
+            for counted in (correct * weights, weights):
+                sums.append(tf.math.unsorted_segment_sum(counted, by_class, classes))
+        return tf.concat(sums, axis=0)
 
     return batches, eval_step
 
@@ -219,8 +223,7 @@ class TensorFlowBackend(Backend):
         for variable, value in zip(state, saved):
             variable.assign(value)
         self.after_first_step()  # Horovod: every rank from rank 0's state
-        for value in self.eval_step(*(tf.zeros_like(part) for part in self.test_batches[0])):
-            float(value)
+        self.eval_step(*(tf.zeros_like(part) for part in self.test_batches[0])).numpy()
 
     def read_loss(self, loss) -> float:
         return self.distribution.read_loss(loss)
@@ -232,10 +235,8 @@ class TensorFlowBackend(Backend):
         self.optimizer.learning_rate.assign(rate)
 
     def evaluate(self) -> np.ndarray:
-        totals = np.zeros(3)
-        for batch in self.test_batches:
-            totals += [float(value) for value in self.eval_step(*batch)]
-        return totals
+        rows = [self.eval_step(*batch).numpy() for batch in self.test_batches]
+        return np.sum(rows, axis=0, dtype=np.float64)
 
     @property
     def loss_is_global(self) -> bool:

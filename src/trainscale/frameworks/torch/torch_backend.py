@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from trainscale.catalogue.elastic_kinds import world_size_error
-from trainscale.core.accuracy import evaluation_batches
+from trainscale.core.accuracy import evaluation_batches, scored_classes
 from trainscale.core.cpus import cpu_share
 from trainscale.core.datasets import DATASETS
 from trainscale.core.supervision import CPU_ALLOCATOR_OOM
@@ -208,7 +208,8 @@ class TorchBackend(Backend):
 
     def evaluate(self) -> np.ndarray:
         self.model.eval()  # dropout off, batch norm's running statistics
-        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        classes = scored_classes(self.settings)
+        totals = torch.zeros(3 + 2 * classes, dtype=torch.float64, device=self.device)
         with torch.no_grad():
             for images, labels, weights in self.test_batches:
                 images = self.prepare_images(images.to(self.device))
@@ -224,7 +225,10 @@ class TorchBackend(Backend):
                     .mean(dim=1)
                 )
                 correct = (logits.argmax(dim=-1) == labels).float().view(batch, -1).mean(dim=1)
-                totals += torch.stack([losses @ weights, correct @ weights, weights.sum()])
+                totals[:3] += torch.stack([losses @ weights, correct @ weights, weights.sum()])
+                if classes:  # each class's correct, then its examples
+                    counted = torch.stack([correct * weights, weights]).double()
+                    totals[3:].view(2, classes).index_add_(1, labels, counted)
         self.model.train()
         return totals.cpu().numpy()
 
