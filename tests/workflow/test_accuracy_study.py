@@ -82,6 +82,7 @@ def test_every_run_reaches_the_target_and_records_its_curve(study):
         per_class = record["final_test_accuracy_per_class"]
         examples = record["test_examples_per_class"]
         assert len(per_class) == len(examples) == 10 and sum(examples) == 300
+        assert record["test_class_names"] == [str(digit) for digit in range(10)]
         correct = sum(a * e for a, e in zip(per_class, examples, strict=True))
         assert correct / 300 == pytest.approx(record["final_test_accuracy"])
         walls = [p["wall_seconds"] for p in curve]
@@ -126,7 +127,7 @@ def test_accuracy_tables_and_figure(study):
     }
     for _, row in per_class.iterrows():
         expected = by_cell[row["framework"], row["gpus"]]
-        assert [row[f"class_{i}"] for i in range(10)] == pytest.approx(expected)
+        assert [row[f"class {i}"] for i in range(10)] == pytest.approx(expected)
         assert row["lowest_accuracy"] == pytest.approx(min(expected))
         assert row["highest_accuracy"] == pytest.approx(max(expected))
         assert expected[row["lowest_class"]] == min(expected)

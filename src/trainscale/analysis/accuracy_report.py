@@ -46,6 +46,7 @@ def run_row(study: str, path: str, knob_axes: list | None = None) -> dict:
     row["target"] = record.get("target", record.get("target_accuracy"))
     # A list: per_class_table reads it; accuracy.csv, one row per run, does not.
     row["per_class"] = record.get("final_test_accuracy_per_class") or []
+    row["class_names"] = record.get("test_class_names") or []
     return row
 
 
@@ -116,18 +117,19 @@ def per_class_table(runs: pd.DataFrame) -> pd.DataFrame:
         accuracies = [[np.nan if a is None else a for a in run] for run in group["per_class"]]
         mean = np.asarray(accuracies, dtype=float).mean(axis=0)
         lowest, highest = int(np.nanargmin(mean)), int(np.nanargmax(mean))
+        names = class_names(group)
         row = {
             **dict(zip(CELL, cell, strict=True)),
             "framework": series_label(cell[CELL.index("series")]),
             "runs": len(group),
-            "lowest_class": lowest,
+            "lowest_class": names[lowest],
             "lowest_accuracy": mean[lowest],
             "median_accuracy": float(np.nanmedian(mean)),
-            "highest_class": highest,
+            "highest_class": names[highest],
             "highest_accuracy": mean[highest],
         }
         if len(mean) <= CLASS_COLUMNS_UP_TO:
-            row.update({f"class_{i}": value for i, value in enumerate(mean)})
+            row.update({f"class {name}": value for name, value in zip(names, mean)})
         rows.append(row)
     table = pd.DataFrame(rows)
     if table.empty:  # records from before it, or a text model's
@@ -135,6 +137,13 @@ def per_class_table(runs: pd.DataFrame) -> pd.DataFrame:
     table["order"] = [series_order(s) for s in table["series"]]
     table = table.sort_values(["model", "batch_size", "panel_knobs", "gpus", "order"])
     return table.drop(columns=["order", "series"]).reset_index(drop=True)
+
+
+def class_names(runs: pd.DataFrame) -> list[str]:
+    """The names the runs' records give their classes (the first that does),
+    else the labels; a class's column and its rows say it."""
+    named = [names for names in runs["class_names"] if len(names)]
+    return list(named[0]) if named else [str(i) for i in range(len(runs["per_class"].iloc[0]))]
 
 
 def ranks_table(cells: pd.DataFrame, clock: str = "time_to_target") -> pd.DataFrame:
@@ -216,7 +225,7 @@ def write_accuracy(
         runs.append(run)
         curves += curve_rows(path, run)
     runs = add_series(pd.DataFrame(runs))
-    per_run = runs.drop(columns=["per_class"])
+    per_run = runs.drop(columns=["per_class", "class_names"])
     atomic_write_text(os.path.join(folder, "accuracy.csv"), per_run.to_csv(index=False))
     curves = add_series(pd.DataFrame(curves, columns=[*curve_columns(), "knobs"]))
     atomic_write_text(os.path.join(folder, "curves.csv"), curves.to_csv(index=False))
@@ -295,7 +304,6 @@ ACCURACY_LABELS = {
     "median_accuracy": "Median accuracy",
     "highest_class": "Highest class",
     "highest_accuracy": "Highest accuracy",
-    **{f"class_{i}": f"Class {i}" for i in range(CLASS_COLUMNS_UP_TO)},
     "images_per_sec": "Images/sec training",
     "images_per_sec_mean": "Images/sec training",
     "throughput_rank": "Rank by images/sec",

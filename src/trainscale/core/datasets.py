@@ -94,7 +94,7 @@ class CifarRelease:
     archive: str
     members: dict  # split -> the pickles that hold it, in order
     label_key: str
-    meta: tuple  # (member, key of the class names): written, never read
+    meta: tuple  # (member, key of the class names)
 
     def find(self, data_dir: str, dataset: str) -> str:
         """The release's folder or archive inside `data_dir`."""
@@ -130,10 +130,18 @@ class CifarRelease:
         except (tarfile.TarError, EOFError, OSError) as err:
             raise DataError(f"{path}: truncated or unreadable archive ({err})") from None
 
+    def class_names(self, path: str, num_classes: int) -> list[str]:
+        """The names its meta pickle gives the labels (CIFAR-10's "automobile", "cat"...)."""
+        member, key = self.meta
+        where = os.path.join(path, member) if os.path.isdir(path) else f"{path}:{member}"
+        names = _unpickle(self._member(path, member), where).get(key)
+        if not isinstance(names, list) or len(names) != num_classes:
+            raise DataError(f"{where}: {key} must list the {num_classes} class names")
+        return [name.decode() if isinstance(name, bytes) else str(name) for name in names]
+
     def read(self, path: str, split: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
         parts = [self._read_member(path, m, num_classes) for m in self.members[split]]
-        images, labels = (np.concatenate(columns) for columns in zip(*parts))
-        return images, labels
+        return tuple(np.concatenate(columns) for columns in zip(*parts))
 
     def _read_member(self, path: str, member: str, num_classes: int):
         # The file a user would open: the pickle, or the archive and its member.
@@ -310,6 +318,12 @@ class Dataset:
     def find(self, data_dir: str) -> str:
         return self.release.find(data_dir, self.name)
 
+    def class_names(self, data_dir: str) -> list[str]:
+        """Each label's name: CIFAR's meta file's; elsewhere the label (IDX names none)."""
+        if isinstance(self.release, CifarRelease):
+            return self.release.class_names(self.find(data_dir), self.num_classes)
+        return [str(label) for label in range(self.num_classes)]
+
     def load(self, data_dir: str, split: str = "train"):
         """A split as (N, side, side, channels) uint8 images and (N,) int32
         labels; a text data set's as its tokens (text_data.token_windows
@@ -355,10 +369,8 @@ def load_dataset(name: str, data_dir: str, split: str = "train"):
 
 
 def write_dataset(name: str, data_dir: str, splits: dict, *, archive: bool = False) -> str:
-    """Write {split: (images NHWC uint8, labels)} as data set `name`'s release does.
-
-    `archive`: the CIFAR `.tar.gz`, or gzipped IDX files.
-    """
+    """Write {split: (images NHWC uint8, labels)} as data set `name`'s release
+    does; `archive`: the CIFAR `.tar.gz`, or gzipped IDX files."""
     dataset = DATASETS[name]
     return dataset.release.write(data_dir, splits, dataset.num_classes, archive)
 
@@ -375,10 +387,8 @@ def generate_cifar100(data_dir: str, num_images: int, seed: int = 0, **kwargs) -
 
 def write_digits(data_dir: str, test_every: int = 6) -> str:
     """scikit-learn's UCI digits as gzipped IDX files: every `test_every`-th image
-    of a fixed shuffle is the test split (300 of 1,797), the rest train.
-
-    The digits' 0..16 grey levels are scaled to MNIST's 0..255.
-    """
+    of a fixed shuffle is the test split (300 of 1,797), the rest train; their
+    0..16 grey levels scaled to MNIST's 0..255."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()

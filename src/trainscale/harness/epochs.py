@@ -24,6 +24,7 @@ from trainscale.core.accuracy import (
     target_of,
     time_to_target,
 )
+from trainscale.core.datasets import DATASETS
 from trainscale.core.timing import BlockTimes, Stopwatch
 from trainscale.harness.backend import Backend
 from trainscale.harness.progress import log, unit, who
@@ -121,7 +122,7 @@ def _summary(backend: Backend, curve: list[dict], steps: int, tested: np.ndarray
     """What the record says of accuracy; `tested`: the last evaluation's
     row (Backend.evaluate), summed over the processes."""
     s = backend.settings
-    target = target_of(s)
+    target, classes = target_of(s), scored_classes(s)
     seconds, epochs_to_target = time_to_target(curve, target)
     return {
         "mode": "accuracy",
@@ -141,6 +142,7 @@ def _summary(backend: Backend, curve: list[dict], steps: int, tested: np.ndarray
         "final_test_loss": curve[-1]["test_loss"],
         **({"final_test_perplexity": curve[-1]["test_perplexity"]} if s.is_text else {}),
         "peak_learning_rate": peak_learning_rate(s.learning_rate, s.replicas, s.lr_scaling),
-        **per_class_accuracy(tested, scored_classes(s)),
+        **per_class_accuracy(tested, classes),
+        **({"test_class_names": DATASETS[s.dataset].class_names(s.data_dir)} if classes else {}),
         "curve": curve,
     }
