@@ -95,9 +95,12 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
             }
         )
     table = pd.DataFrame(rows)
-    if table.empty:
-        return table
-    table["order"] = [series_order(s) for s in table["series"]]
+    return table if table.empty else _in_table_order(table)
+
+
+def _in_table_order(table: pd.DataFrame) -> pd.DataFrame:
+    """Cells by model, batch, panel and GPUs, then frameworks in the tables' order."""
+    table = table.assign(order=[series_order(s) for s in table["series"]])
     table = table.sort_values(["model", "batch_size", "panel_knobs", "gpus", "order"])
     return table.drop(columns=["order"]).reset_index(drop=True)
 
@@ -134,9 +137,7 @@ def per_class_table(runs: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if table.empty:  # records from before it, or a text model's
         return pd.DataFrame({"note": ["no record scores each class"]})
-    table["order"] = [series_order(s) for s in table["series"]]
-    table = table.sort_values(["model", "batch_size", "panel_knobs", "gpus", "order"])
-    return table.drop(columns=["order", "series"]).reset_index(drop=True)
+    return _in_table_order(table).drop(columns=["series"])
 
 
 def class_names(runs: pd.DataFrame) -> list[str]:

@@ -117,6 +117,9 @@ class Backend:
 
     # Examples in the training split, set by read_splits() (0: synthetic data).
     train_examples = 0
+    # Each test class's name, in label order, set by read_splits() in
+    # accuracy mode for an image data set (accuracy.scored_classes).
+    test_class_names: list[str] = []
 
     def read_splits(self) -> tuple:
         """(train, test) as (images, labels), read once in prepare(): train None
@@ -126,6 +129,8 @@ class Backend:
 
         s = self.settings
         dataset = DATASETS[s.dataset]
+        if s.mode == "accuracy" and not dataset.is_text:  # a bad meta file fails here
+            self.test_class_names = dataset.class_names(s.data_dir)
         if dataset.release is None:
             return None, None
         names = ("train", "test") if s.mode == "accuracy" else ("train",)

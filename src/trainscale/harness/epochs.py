@@ -24,7 +24,6 @@ from trainscale.core.accuracy import (
     target_of,
     time_to_target,
 )
-from trainscale.core.datasets import DATASETS
 from trainscale.core.timing import BlockTimes, Stopwatch
 from trainscale.harness.backend import Backend
 from trainscale.harness.progress import log, unit, who
@@ -143,6 +142,6 @@ def _summary(backend: Backend, curve: list[dict], steps: int, tested: np.ndarray
         **({"final_test_perplexity": curve[-1]["test_perplexity"]} if s.is_text else {}),
         "peak_learning_rate": peak_learning_rate(s.learning_rate, s.replicas, s.lr_scaling),
         **per_class_accuracy(tested, classes),
-        **({"test_class_names": DATASETS[s.dataset].class_names(s.data_dir)} if classes else {}),
+        **({"test_class_names": backend.test_class_names} if classes else {}),
         "curve": curve,
     }

@@ -149,13 +149,12 @@ def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
         losses = loss_per_example(labels, logits)
         if settings.is_text:  # an example's: the mean over its tokens
             correct, losses = tf.reduce_mean(correct, axis=-1), tf.reduce_mean(losses, axis=-1)
-        sums = [tf.reduce_sum(losses * weights), tf.reduce_sum(correct * weights)]
-        sums = [tf.stack([*sums, tf.reduce_sum(weights)])]
+        whole = [losses * weights, correct * weights, weights]
+        row = [tf.stack([tf.reduce_sum(summed) for summed in whole])]
         if classes:
             by_class = tf.cast(labels, tf.int32)
-            for counted in (correct * weights, weights):
-                sums.append(tf.math.unsorted_segment_sum(counted, by_class, classes))
-        return tf.concat(sums, axis=0)
+            row += [tf.math.unsorted_segment_sum(c, by_class, classes) for c in whole[1:]]
+        return tf.concat(row, axis=0)
 
     return batches, eval_step
 
