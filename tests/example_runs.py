@@ -140,8 +140,10 @@ def reference_framework(example) -> str:
     example: its own framework's shared GPT run (the GPT equivalence tests
     run it). An image example: one run per ecosystem and replica count, its
     one-device framework's or its first data-parallel one's; the equivalence
-    tests hold every other framework's harness to those, step for step."""
-    from trainscale.catalogue.registry import REGISTRY, framework_spec
+    tests hold every other framework's harness to those, step for step.
+    Among the frameworks of its base (registry.base_of): a Keras `fit`
+    example's loss is fit's, the mean over its epoch so far."""
+    from trainscale.catalogue.registry import REGISTRY, base_of, framework_spec
 
     spec = framework_spec(example.framework)
     if example.workload == "text":
@@ -150,7 +152,7 @@ def reference_framework(example) -> str:
     return next(
         s.name
         for s in REGISTRY
-        if s.ecosystem == spec.ecosystem
+        if base_of(s.name) == base_of(spec.name)
         and (s.one_device if replicas == 1 else not (s.one_device or s.asynchronous))
     )
 

@@ -22,6 +22,7 @@ numpy_requirement=${NUMPY_REQUIREMENT:-numpy<2}
 horovod_version=0.28.1
 deepspeed_version=0.19.8
 ray_version=2.60.0
+lightning_version=2.6.6
 
 if [ ! -x "$venv/bin/python" ]; then
   echo "torch env: creating $venv with $python"
@@ -98,8 +99,17 @@ if ! "$venv/bin/python" -c "import ray, sys; sys.exit(ray.__version__ != '$ray_v
   "${pip[@]}" install "ray[train]==$ray_version" "pyarrow==22.0.0" "$numpy_requirement"
 fi
 
+# PyTorch Lightning (lightning-ddp), with torch's pins: a constraint its
+# resolver cannot meet with this torch sends it back to another torch (with
+# "setuptools<70", which torch 2.13.0's setuptools>=77.0.3 rules out, pip
+# installed torch 2.12.1 and its CUDA wheels in its place).
+if ! "$venv/bin/python" -c "import pytorch_lightning as pl, sys; sys.exit(pl.__version__ != '$lightning_version')" 2>/dev/null; then
+  echo "torch env: pytorch-lightning==$lightning_version"
+  "${pip[@]}" install "pytorch-lightning==$lightning_version" "${torch_pins[@]}"
+fi
+
 # The harness itself, editable, and its test tools (as in .venv-train).
 "${pip[@]}" install --no-deps -e .
 "${pip[@]}" install "nvidia-ml-py==13.615.71"  # trainscale.core.gpu_monitor, as in the train env
 "${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4"
-"$venv/bin/python" -c "import torch, horovod.torch, deepspeed, ray; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__, '| deepspeed', deepspeed.__version__, '| ray', ray.__version__)" 2>&1 | tail -1
+"$venv/bin/python" -c "import torch, horovod.torch, deepspeed, ray, pytorch_lightning as pl; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__, '| deepspeed', deepspeed.__version__, '| ray', ray.__version__, '| lightning', pl.__version__)" 2>&1 | tail -1

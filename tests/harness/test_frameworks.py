@@ -18,9 +18,10 @@ from trainscale.frameworks.tensorflow.keras_models import forward_flops_per_imag
 
 def _cases():
     """(framework, replicas, horovod launcher, processes) for every TensorFlow
-    framework of the registry: 2 replicas (1 for a one-device one), and a
-    framework that reads --horovod-launcher under each launcher."""
-    cases = []
+    framework of the registry: 2 replicas (1 for a one-device one), and the
+    first framework of a launch kind that reads --horovod-launcher under each
+    launcher (the launcher starts another's processes the same way)."""
+    cases, launch_kinds = [], set()
     for spec in REGISTRY:
         if spec.ecosystem != "tensorflow":
             continue
@@ -29,9 +30,11 @@ def _cases():
         settings = RunSettings(framework=spec.name, gpus_per_node=replicas, device="cpu")
         roles = spec.launch.roles(settings)
         processes = sum(role.count for role in roles if not role.runs)
-        launchers = (
-            HOROVOD_LAUNCHER.choices if reads_setting(spec.name, HOROVOD_LAUNCHER.name) else (None,)
-        )
+        launchers = (None,)
+        if reads_setting(spec.name, HOROVOD_LAUNCHER.name):
+            every = spec.launch not in launch_kinds
+            launchers = HOROVOD_LAUNCHER.choices if every else (HOROVOD_LAUNCHER.default,)
+            launch_kinds.add(spec.launch)
         cases += [(spec.name, replicas, launcher, processes) for launcher in launchers]
     return cases
 

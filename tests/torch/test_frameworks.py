@@ -81,3 +81,23 @@ def test_the_registry_names_each_torch_frameworks_backend():
     for name in TORCH_FRAMEWORKS:
         module, _, cls = framework_spec(name).backend.partition(":")
         assert issubclass(getattr(importlib.import_module(module), cls), Backend), name
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+def test_lightning_strategies_that_need_a_gpu_are_refused_in_lightnings_words(strategy):
+    """Lightning refuses fsdp when its Trainer is made, deepspeed when its
+    strategy sets up; trainscale says so before any process starts, quoting it."""
+    import pytorch_lightning as pl
+
+    from trainscale.catalogue.knobs import LIGHTNING_NEEDS_A_GPU
+
+    with pytest.raises(Exception) as refused:
+        trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=strategy, logger=False)
+        trainer.strategy.setup_environment()
+    assert str(refused.value).startswith(LIGHTNING_NEEDS_A_GPU[strategy])
+    result = trainscale(
+        "run", "--framework", "lightning", "--gpus-per-node", "2", "--dataset", "synthetic",
+        "--device", "cpu", "--lightning-strategy", strategy,
+    )  # fmt: skip
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert LIGHTNING_NEEDS_A_GPU[strategy] in result.stderr

@@ -4,6 +4,8 @@ Two frameworks (one of each ecosystem) on 1 and 2 CPU replicas train
 seed 003's small CNN on scikit-learn's UCI digits, written as MNIST IDX files
 by the workflow's own rule and read by the IDX reader, until a stated test
 accuracy; the records hold their curves and the tables and figure follow.
+TensorFlow's is Horovod's Keras API (horovod-fit): accuracy mode driving
+Keras's fit epoch by epoch (a custom loop's is tests/harness/test_accuracy_mode.py's).
 """
 
 import json
@@ -24,7 +26,7 @@ STUDY = {
     "train_env": ".venv-train",
     "torch_env": ".venv-torch",
     "grid": {
-        "framework": ["horovod", "torch-ddp"],
+        "framework": ["horovod-fit", "torch-ddp"],
         "nodes": [1],
         "gpus_per_node": [1, 2],
         "model": ["small_cnn"],
@@ -108,8 +110,9 @@ def test_learning_rates_follow_the_scaling_and_warm_up(study):
 @pytest.mark.slow
 def test_accuracy_tables_and_figure(study):
     table = pd.read_csv(os.path.join(study, "tables", "accuracy.csv"))
+    fit = "Horovod (Keras fit)"
     assert sorted(zip(table["framework"], table["gpus"])) == [
-        ("Horovod", 1), ("Horovod", 2), ("PyTorch DDP", 1), ("PyTorch DDP", 2)
+        (fit, 1), (fit, 2), ("PyTorch DDP", 1), ("PyTorch DDP", 2)
     ]  # fmt: skip
     assert (table["final_accuracy_mean"] >= TARGET).all() and set(table["reached"]) == {"1/1"}
     assert (table["time_to_target_mean"] > 0).all()
@@ -120,7 +123,7 @@ def test_accuracy_tables_and_figure(study):
     assert list(zip(per_class["framework"], per_class["gpus"])) == list(
         zip(table["framework"], table["gpus"])
     )
-    names = {"horovod": "Horovod", "torch-ddp": "PyTorch DDP"}
+    names = {"horovod-fit": "Horovod (Keras fit)", "torch-ddp": "PyTorch DDP"}
     by_cell = {
         (names[r["framework"]], r["replicas"]): r["final_test_accuracy_per_class"]
         for r in _records(study)

@@ -35,17 +35,24 @@ import re
 import tokenize
 from dataclasses import dataclass
 
-from trainscale.catalogue.registry import (
-    REGISTRY,
-    framework_modules,
-    framework_spec,
-)
+from trainscale.catalogue.registry import REGISTRY, framework_spec
 from trainscale.launching.examples import EXAMPLES_DIR, Example, user_launch
 
 STAND_IN_BEGIN = "# >>> CPU stand-in"
 STAND_IN_END = "# <<< CPU stand-in"
-# The modules framework names are rooted in: every ecosystem's and every
-# registered framework's own (registry.framework_modules).
+# The modules of each ecosystem: framework names are rooted in imports of
+# these, and of each entry's `requires`.
+ECOSYSTEM_MODULES = {"tensorflow": ("tensorflow", "keras"), "torch": ("torch",)}
+
+
+def framework_modules() -> tuple[str, ...]:
+    """The top-level modules framework code is imported from (tensorflow,
+    keras, torch, horovod, ...): every ecosystem's and every entry's own."""
+    modules = [m for ecosystem in ECOSYSTEM_MODULES.values() for m in ecosystem]
+    modules += [spec.requires.partition(".")[0] for spec in REGISTRY]
+    return tuple(dict.fromkeys(modules))
+
+
 FRAMEWORK_MODULES = framework_modules()
 
 # Concept -> the names whose use shows a script needs it: one of them must be

@@ -33,6 +33,12 @@ class FrameworkSpec:
     text_example: str = ""
     one_node: bool = False
     one_device: bool = False
+    # The single-device framework its example changes and its speed-up is
+    # over: "" for its ecosystem's first (a high-level API's names its own).
+    base: str = ""
+    # The custom-loop framework a high-level API's (Keras fit) replaces: the
+    # refactoring analysis puts the two side by side (seed 000's contrast).
+    replaces: str = ""
     # The knobs only this framework reads (and the entries sharing the object).
     knobs: tuple[Setting, ...] = ()
     # The other ecosystem's framework it is held against in the tables

@@ -115,6 +115,40 @@ DDP_KNOBS = (
 )
 
 
+# Lightning's DDPStrategy takes DDP's knobs too.
+LIGHTNING_KNOBS = (
+    *DDP_KNOBS,
+    Setting(
+        "lightning_strategy",
+        str,
+        "ddp",
+        "lightning: Trainer(strategy=...): ddp, or fsdp or deepspeed (on GPUs only, "
+        "as Lightning says)",
+        choices=("ddp", "fsdp", "deepspeed"),
+        axis=True,
+        group="communication",
+    ),
+)
+
+# Lightning 2.6.6's own words, refusing its fsdp and deepspeed strategies on
+# CPUs (its accelerator connector; DeepSpeedStrategy.setup_environment).
+LIGHTNING_NEEDS_A_GPU = {
+    "fsdp": "The strategy `fsdp` requires a GPU accelerator, but received `accelerator='cpu'`.",
+    "deepspeed": "The DeepSpeed strategy is only supported on CUDA GPUs but "
+    "`CPUAccelerator` is used.",
+}
+
+
+def lightning_strategy_check(settings) -> str:
+    refusal = LIGHTNING_NEEDS_A_GPU.get(settings.lightning_strategy)
+    if refusal and settings.device != "gpu":
+        return (
+            f"--lightning-strategy {settings.lightning_strategy}: Lightning refuses it on "
+            f'CPUs ("{refusal}"); ddp runs there'
+        )
+    return ""
+
+
 ELASTIC_KNOBS = (
     Setting(
         "checkpoint_blocks",

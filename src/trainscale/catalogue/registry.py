@@ -10,7 +10,9 @@ training steps moves between replicas (the step model's traffic,
 trainscale.analysis.predict) and what it refuses. The settings, the launcher,
 the study's grid and schema, the tables and figures, the refactoring analysis
 and the tests all read it, so a new framework is one entry here, its module,
-its example and its own tests.
+its example and its own tests. A high-level API's framework (Keras's fit,
+Lightning), which replaces a custom loop here, has its entry in
+trainscale.catalogue.high_level.
 
 Nothing here imports TensorFlow or torch: the workflow, the launcher and the
 analysis ask it in milliseconds, on a laptop too.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from trainscale.catalogue.elastic_kinds import HOROVOD_ELASTIC, TORCHRUN_ELASTIC
 from trainscale.catalogue.framework_spec import FrameworkSpec
+from trainscale.catalogue.high_level import high_level_entries
 from trainscale.catalogue.knobs import (
     DDP_KNOBS,
     DEEPSPEED_KNOBS,
@@ -53,11 +56,6 @@ from trainscale.catalogue.launch_kinds import (
 from trainscale.catalogue.parameter_server_kind import PARAMETER_SERVERS
 from trainscale.catalogue.traffic import no_traffic, parameter_server_traffic
 from trainscale.core.setting import Setting
-
-# The modules of each ecosystem (the refactoring analysis's framework names
-# are rooted in imports of these, and of each entry's `requires`).
-ECOSYSTEM_MODULES = {"tensorflow": ("tensorflow", "keras"), "torch": ("torch",)}
-
 
 REGISTRY = (
     FrameworkSpec(
@@ -330,6 +328,8 @@ REGISTRY = (
         splits_model=True,
     ),
 )
+# The high-level APIs' frameworks, after every custom loop's.
+REGISTRY += high_level_entries(REGISTRY)
 FRAMEWORKS = tuple(spec.name for spec in REGISTRY)
 _BY_NAME = {spec.name: spec for spec in REGISTRY}
 
@@ -350,17 +350,12 @@ def label(name: str) -> str:
 
 
 def base_of(framework: str) -> str:
-    """The single-device framework of `framework`'s ecosystem: what its example changes."""
-    ecosystem = framework_spec(framework).ecosystem
-    return next(s.name for s in REGISTRY if s.ecosystem == ecosystem and s.one_device)
-
-
-def framework_modules() -> tuple[str, ...]:
-    """The top-level modules framework code is imported from (tensorflow,
-    keras, torch, horovod, ...): every ecosystem's and every entry's own."""
-    modules = [m for ecosystem in ECOSYSTEM_MODULES.values() for m in ecosystem]
-    modules += [spec.requires.partition(".")[0] for spec in REGISTRY]
-    return tuple(dict.fromkeys(modules))
+    """The single-device framework `framework`'s example changes (itself for
+    one): its entry's `base`, else its ecosystem's first."""
+    spec = framework_spec(framework)
+    if spec.one_device or spec.base:
+        return spec.base or framework
+    return next(s.name for s in REGISTRY if s.ecosystem == spec.ecosystem and s.one_device)
 
 
 def knob_declarations() -> list[Setting]:

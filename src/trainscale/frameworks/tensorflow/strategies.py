@@ -4,7 +4,7 @@ tf_horovod.py, the parameter server's parameter_server.py).
 
 A framework adds exactly three things to the shared step in tf_backend.py:
 - how processes find each other and which devices each one drives (setup),
-- how data is sharded over replicas (make_iterator),
+- how data is sharded over replicas (make_dataset),
 - how gradients are reduced (wrap_tape for Horovod; the strategy's optimizer
   all-reduce for tf.distribute) and how a step is run on every replica (run;
   compile_step where steps are scheduled, not run).
@@ -47,9 +47,14 @@ class Distribution:
     def scope(self):
         return contextlib.nullcontext()
 
+    def make_dataset(self, dataset_fn):
+        """This process's input, from dataset_fn(shard_index, num_shards,
+        per_replica_batch) -> tf.data.Dataset: what the step's iterator draws
+        from and what Keras's fit is given (trainscale.frameworks.tensorflow.keras_fit)."""
+        return dataset_fn(0, 1, self.settings.batch_size)
+
     def make_iterator(self, dataset_fn):
-        """dataset_fn(shard_index, num_shards, per_replica_batch) -> tf.data.Dataset."""
-        return iter(dataset_fn(0, 1, self.settings.batch_size))
+        return iter(self.make_dataset(dataset_fn))
 
     def wrap_tape(self, tape):
         return tape
@@ -168,7 +173,7 @@ class Strategy(Distribution):
     def scope(self):
         return self.strategy.scope()
 
-    def make_iterator(self, dataset_fn):
+    def make_dataset(self, dataset_fn):
         global_batch = self.settings.global_batch_size
 
         def per_pipeline(context):
@@ -178,7 +183,7 @@ class Strategy(Distribution):
                 context.get_per_replica_batch_size(global_batch),
             )
 
-        return iter(self.strategy.distribute_datasets_from_function(per_pipeline))
+        return self.strategy.distribute_datasets_from_function(per_pipeline)
 
     def run(self, replica_step, batch):
         import tensorflow as tf

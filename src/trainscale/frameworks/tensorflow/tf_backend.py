@@ -198,10 +198,25 @@ class TensorFlowBackend(Backend):
         train, test = self.read_splits()
         if train:  # one global batch of its shapes (compile_untouched)
             self.train_like = tuple(part[: settings.global_batch_size] for part in train)
-        self.iterator = distribution.make_iterator(make_dataset_fn(settings, train))
-        self.train_step = build_train_step(distribution, self.model, self.optimizer, settings)
+        self.build_step(self.dataset_fn(train))
         if test:
             self.test_batches, self.eval_step = build_evaluation(self, *test)
+
+    def dataset_fn(self, train):
+        """make_dataset_fn's, over `train` (the split, or zeros of its shapes)."""
+        return make_dataset_fn(self.settings, train)
+
+    def build_step(self, dataset_fn) -> None:
+        """The custom loop's step and the iterator it draws from (a Keras
+        `fit` framework's is fit's, trainscale.frameworks.tensorflow.keras_fit)."""
+        self.iterator = self.distribution.make_iterator(dataset_fn)
+        self.train_step = build_train_step(
+            self.distribution, self.model, self.optimizer, self.settings
+        )
+
+    def step_on(self, iterator):
+        """One step of the compiled step on `iterator`'s batch; its loss."""
+        return self.train_step(iterator)
 
     def compile_untouched(self) -> None:
         # A traced step's first call also optimises and instantiates its graph
@@ -217,8 +232,8 @@ class TensorFlowBackend(Backend):
         saved = [variable.numpy() for variable in state]
         images, labels = self.train_like
         zeros = (np.zeros_like(images), np.zeros_like(labels))
-        step_zeros = make_dataset_fn(self.settings, zeros)
-        self.read_loss(self.train_step(self.distribution.make_iterator(step_zeros)))
+        step_zeros = self.dataset_fn(zeros)
+        self.read_loss(self.step_on(self.distribution.make_iterator(step_zeros)))
         for variable, value in zip(state, saved):
             variable.assign(value)
         self.after_first_step()  # Horovod: every rank from rank 0's state

@@ -47,8 +47,8 @@ class Horovod(Distribution):
     def processes_on_machine(self, local_size: int) -> int:
         return local_size
 
-    def make_iterator(self, dataset_fn):
-        return iter(dataset_fn(self.hvd.rank(), self.hvd.size(), self.settings.batch_size))
+    def make_dataset(self, dataset_fn):
+        return dataset_fn(self.hvd.rank(), self.hvd.size(), self.settings.batch_size)
 
     def wrap_tape(self, tape):
         # Sum, not Average: each rank's loss is already divided by the global batch.

@@ -81,14 +81,7 @@ class TorchDistributed(TorchBackend):
 
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
             yield
-        seen: dict[str, dict] = {}
-        for event in profiler.events():
-            if event.name.split(":")[0] in ("gloo", "nccl"):
-                elements = sum(int(np.prod(shape)) for shape in event.input_shapes if shape)
-                entry = seen.setdefault(event.name, {"calls": 0, "elements": 0})
-                entry["calls"] += 1
-                entry["elements"] += elements
-        self.collectives_per_step = seen
+        self.collectives_per_step = collectives_seen(profiler)
 
     def gather_rows(self, row: np.ndarray) -> np.ndarray:
         import torch.distributed as dist
@@ -98,3 +91,15 @@ class TorchDistributed(TorchBackend):
         rows = [torch.empty_like(mine) for _ in range(self.topology.num_processes)]
         dist.all_gather(rows, mine)
         return torch.stack(rows).cpu().numpy()
+
+
+def collectives_seen(profiler) -> dict[str, dict]:
+    """The process group's operations a torch profiler saw: {name: {calls, elements}}."""
+    seen: dict[str, dict] = {}
+    for event in profiler.events():
+        if event.name.split(":")[0] in ("gloo", "nccl"):
+            elements = sum(int(np.prod(shape)) for shape in event.input_shapes if shape)
+            entry = seen.setdefault(event.name, {"calls": 0, "elements": 0})
+            entry["calls"] += 1
+            entry["elements"] += elements
+    return seen

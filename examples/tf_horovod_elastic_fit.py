@@ -1,0 +1,159 @@
+"""VGG-16 on CIFAR-100, Keras's compile and fit, every GPU of every node: Horovod
+elastic, going on without a lost host.
+
+tf_horovod_fit.py changed as Horovod's tensorflow2_keras_mnist_elastic.py
+example teaches: the model and its optimizer in a hvd.elastic.KerasState,
+fit's batches and epochs counted into it by Horovod's callbacks and the
+state committed every --commit-every batches, and fit wrapped in
+hvd.elastic.run. When a rank fails, the others restore the last commit, the
+driver re-forms the world without the failed host, and fit goes on.
+horovodrun starts it with a minimum and maximum of processes and a script
+that lists the hosts (host:slots, one per line):
+
+    horovodrun -np 4 --min-np 1 --max-np 4 --host-discovery-script ./discover_hosts.sh \
+        python tf_horovod_elastic_fit.py --data-dir DIR
+
+The learning rate is the base's (Horovod's example scales it by hvd.size()):
+trainscale compares frameworks at equal hyper-parameters.
+
+concepts: process group, rank and size, device pinning, data sharding,
+gradient all-reduce, cross-replica reduction, replicated step, elastic restart
+"""
+
+import argparse
+import os
+import pickle
+import tarfile
+import time
+
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+
+NUM_CLASSES = 100
+# Per-channel mean and standard deviation of the CIFAR-100 training images.
+MEAN = (0.5071, 0.4865, 0.4409)
+STD = (0.2673, 0.2564, 0.2762)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description="VGG-16 on CIFAR-100, Keras fit")
+    parser.add_argument("--data-dir", help="folder holding cifar-100-python.tar.gz")
+    parser.add_argument("--synthetic", action="store_true", help="random batches, no data set")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per GPU per step")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    parser.add_argument("--learning-rate", type=float, default=0.001)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--commit-every", type=int, default=50, help="steps between commits")
+    return parser.parse_args()
+
+
+def load_cifar100(data_dir):
+    """Training images (N x 32 x 32 x 3, uint8) and fine labels of CIFAR-100's python version."""
+    archive = os.path.join(data_dir, "cifar-100-python.tar.gz")
+    if os.path.exists(archive):
+        with tarfile.open(archive) as tar:
+            train = pickle.load(tar.extractfile("cifar-100-python/train"), encoding="bytes")
+    else:  # the archive, extracted
+        with open(os.path.join(data_dir, "cifar-100-python", "train"), "rb") as handle:
+            train = pickle.load(handle, encoding="bytes")
+    images = train[b"data"].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return images, np.array(train[b"fine_labels"], dtype=np.int32)
+
+
+def augment(image, label):
+    """Pad-and-crop and a horizontal flip, then normalise: the usual CIFAR recipe."""
+    image = tf.image.resize_with_crop_or_pad(image, 40, 40)
+    image = tf.image.random_crop(image, [32, 32, 3])
+    image = tf.image.random_flip_left_right(image)
+    image = (tf.cast(image, tf.float32) / 255.0 - MEAN) / STD
+    return image, label
+
+
+def synthetic_batch(replica, batch_size, seed):
+    """Replica `replica`'s random batch, the same every step (Horovod's synthetic benchmark)."""
+    rng = np.random.default_rng([seed, replica])
+    images = rng.standard_normal((batch_size, 32, 32, 3), dtype=np.float32)
+    return images, rng.integers(0, NUM_CLASSES, size=batch_size).astype(np.int32)
+
+
+def make_dataset(args):
+    if args.synthetic:
+        batch = synthetic_batch(hvd.rank(), args.batch_size, args.seed)
+        return tf.data.Dataset.from_tensors(batch).repeat()
+    images, labels = load_cifar100(args.data_dir)
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).shard(hvd.size(), hvd.rank())
+    dataset = dataset.shuffle(len(images), seed=args.seed).repeat()
+    dataset = dataset.map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.batch(args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def make_optimizer(args):
+    if args.optimizer == "sgd":
+        return tf.keras.optimizers.SGD(args.learning_rate)
+    return tf.keras.optimizers.Adam(args.learning_rate)
+
+
+class StepLogger(tf.keras.callbacks.Callback):
+    """Each step's loss as fit reports it (the mean over the epoch so far),
+    and images/sec from the end of the first step, which traces fit's step."""
+
+    def __init__(self, steps, images_per_step):
+        super().__init__()
+        self.steps, self.images_per_step = steps, images_per_step
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = hvd.allreduce(logs["loss"])  # every rank's: the global batch's
+        if hvd.rank() == 0:
+            print(f"step {batch + 1}/{self.steps}: loss {float(loss):.6f}", flush=True)
+        if batch == 0:
+            self.start = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        if self.steps > 1 and hvd.rank() == 0:
+            seconds = time.perf_counter() - self.start
+            print(f"images/sec: {(self.steps - 1) * self.images_per_step / seconds:.1f}")
+
+
+def main():
+    args = parse_args()
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    tf.keras.utils.set_random_seed(args.seed)
+    model = tf.keras.applications.VGG16(
+        weights=None, input_shape=(32, 32, 3), classes=NUM_CLASSES, classifier_activation=None
+    )
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(make_optimizer(args)),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    # The state a reset restores and a new rank receives (it broadcasts the
+    # model and the optimizer from rank 0); the optimizer's state exists once
+    # it has seen the variables.
+    model.optimizer.build(model.trainable_variables)
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+    callbacks = [
+        hvd.callbacks.MetricAverageCallback(),
+        hvd.elastic.UpdateEpochStateCallback(state),
+        hvd.elastic.UpdateBatchStateCallback(state),
+        hvd.elastic.CommitStateCallback(state, batches_per_commit=args.commit_every),
+        StepLogger(args.steps, args.batch_size * hvd.size()),
+    ]
+
+    @hvd.elastic.run
+    def train(state):
+        done = int(model.optimizer.iterations)  # the steps the restored state had trained
+        dataset = make_dataset(args).skip(done)  # sharded over the world as it is now
+        steps = args.steps - done
+        model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+
+    train(state)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""lightning-single and lightning: PyTorch Lightning's Trainer (seed 003's
+`Pytorch_lightning_*` rows), as Lightning's docs teach it: a LightningModule
+whose training_step returns its batch's mean loss and whose
+configure_optimizers returns the optimizer, and
+Trainer(accelerator, devices, num_nodes, strategy).fit(module, batches).
+
+- lightning-single: one device (Lightning's SingleDeviceStrategy);
+- lightning: one rank per replica, launched as Lightning's docs teach (the
+  launcher gives each process LOCAL_RANK, or SLURM its task variables, and
+  Lightning then starts no processes of its own), over torch.distributed
+  (trainscale.frameworks.torch.torch_distributed joins the group first;
+  Lightning finds it joined). --lightning-strategy ddp (DDPStrategy, with
+  torch-ddp's bucket and compression knobs), fsdp or deepspeed (GPUs only,
+  as Lightning says: trainscale.catalogue.knobs.lightning_strategy_check).
+
+The data are trainscale's batches, each rank its own shard, handed to fit as
+an iterable with use_distributed_sampler=False (Lightning's sampler would
+shard a map-style dataset its own way; the shards here are every other
+framework's, so the runs compare and the equivalence test holds). The loop
+drives Trainer.fit one batch at a time (trainscale.harness.driven_loop);
+Lightning does the backward, the all-reduce and the optimizer step, and its
+precision plugin the autocast. No checkpoint, log or progress bar is
+written: the record is the run's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+from trainscale.frameworks.torch.torch_backend import TorchBackend
+from trainscale.frameworks.torch.torch_ddp import ddp_knobs
+from trainscale.frameworks.torch.torch_distributed import TorchDistributed, collectives_seen
+from trainscale.harness.driven_loop import DrivenLoop
+from trainscale.harness.epochs import steps_per_epoch
+
+# trainscale's --precision as Lightning's Trainer(precision=...) names it.
+PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+
+
+def lightning_module(net: torch.nn.Module, optimizer):
+    """`net` as the LightningModule a user writes around it."""
+    import pytorch_lightning as pl
+
+    class Classifier(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def training_step(self, batch, batch_idx):
+            images, labels = batch
+            logits = self.net(images)
+            # The mean over the batch's examples (a text model's: over its tokens).
+            return F.cross_entropy(logits.float().flatten(0, -2), labels.flatten())
+
+        def configure_optimizers(self):
+            return optimizer
+
+    return Classifier()
+
+
+class LightningTrainer:
+    """What both Lightning frameworks add to their torch backend: the
+    Trainer, and fit driven batch by batch."""
+
+    precision_by_autocast = False  # Lightning's precision plugin casts
+    scales_fp16_loss = True  # and scales an fp16 loss
+    fit_loop: DrivenLoop | None = None
+
+    def strategy(self):
+        return "auto"  # one device: Lightning's SingleDeviceStrategy
+
+    def prepare(self) -> None:
+        import pytorch_lightning as pl
+
+        super().prepare()
+        s = self.settings
+        if s.mode == "accuracy":
+            epochs, steps = s.epochs, steps_per_epoch(self)
+        else:  # one epoch of the whole run, which the loop may end early
+            epochs, steps = 1, s.warmup_steps + s.blocks * s.steps_per_block
+        loop = self.fit_loop = DrivenLoop(lambda: trainer.fit(module, self.batches), "lightning")
+
+        backend = self
+
+        class OneBatchAtATime(pl.Callback):
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+                if backend.profiler:  # observe_collectives: in fit's thread, where they run
+                    backend.profiler.__enter__()
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                if backend.profiler:
+                    backend.profiler.__exit__(None, None, None)
+                    backend.collectives_per_step = collectives_seen(backend.profiler)
+                    backend.profiler = None
+                if not loop.hand_over(outputs["loss"].detach()):
+                    trainer.should_stop = True
+
+        trainer = pl.Trainer(
+            accelerator="gpu" if s.device == "gpu" else "cpu",
+            devices=s.processes_per_node(),
+            num_nodes=s.nodes,
+            strategy=self.strategy(),
+            precision=PRECISION[s.precision],
+            max_epochs=epochs,
+            limit_train_batches=steps,
+            use_distributed_sampler=False,
+            callbacks=[OneBatchAtATime()],
+            enable_checkpointing=False,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        module = lightning_module(self.module, self.optimizer)
+
+    def step(self):
+        return self.fit_loop.step()
+
+    profiler = None
+
+    @contextlib.contextmanager
+    def observe_collectives(self):
+        """The collectives of the step run inside: profiled in fit's thread
+        (a torch profiler sees the thread it is started in), by the callback."""
+        from torch.profiler import ProfilerActivity, profile
+
+        self.profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        yield
+
+    def read_loss(self, loss) -> float:
+        # This rank's batch mean; the loop sums the ranks' shares.
+        return float(loss.item()) / self.topology.num_processes
+
+    def close(self) -> None:
+        if self.fit_loop:
+            self.fit_loop.stop()
+        super().close()
+
+    def software_versions(self) -> dict:
+        import pytorch_lightning as pl
+
+        return {**super().software_versions(), "pytorch_lightning": pl.__version__}
+
+
+class LightningSingle(LightningTrainer, TorchBackend):
+    loss_is_global = True
+
+
+class LightningDistributed(LightningTrainer, TorchDistributed):
+    def strategy(self):
+        from pytorch_lightning.strategies import DDPStrategy
+
+        if self.settings.lightning_strategy != "ddp":
+            return self.settings.lightning_strategy  # fsdp, deepspeed: Lightning's own
+        bucket_cap_mb, hook = ddp_knobs(self.settings)
+        return DDPStrategy(bucket_cap_mb=bucket_cap_mb, ddp_comm_hook=hook)
