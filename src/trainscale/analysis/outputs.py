@@ -19,8 +19,8 @@ FRAMEWORKS, MFU, MEMORY = "frameworks", "mfu", "memory"
 REFACTORING_TRADEOFF = "refactoring_tradeoff"
 STUDY_FIGURES = (WEAK_SCALING_HOSTS, WEAK_SCALING_GPUS, EFFICIENCY, FRAMEWORKS, MFU, MEMORY)
 
-# refactoring_report.write_refactoring
-REFACTORING = "refactoring"
+# refactoring_report.write_refactoring: two tables (and a diff per example)
+REFACTORING, REFACTORING_HIGH_LEVEL = "refactoring", "refactoring_high_level"
 # predict_report.write_predictions: four tables and a figure
 PREDICTED, PREDICTED_PARAMETERS, PREDICTED_HOLDOUT, PREDICTED_CROSSOVER = (
     "predicted",

@@ -9,7 +9,7 @@ import difflib
 import html
 import os
 
-from trainscale.analysis.outputs import REFACTORING, TABLE_FORMATS
+from trainscale.analysis.outputs import REFACTORING, REFACTORING_HIGH_LEVEL, TABLE_FORMATS
 from trainscale.analysis.refactoring import Refactoring, measure, read_text
 from trainscale.catalogue.registry import framework_spec, label, table_order
 from trainscale.launching.examples import EXAMPLES_DIR, WORKLOADS, Example, examples_of
@@ -63,6 +63,52 @@ DISPLAY = {
 }
 
 
+# Measured of each example of a pair, the high-level API's and the loop's.
+PAIRED = ("base_lines", "lines_touched", "api_names_introduced", "concepts_count", "concepts")
+
+
+def high_level_frame(table):
+    """Seed 000's contrast: each high-level API's example (Keras fit) beside
+    the custom loop's it replaces (FrameworkSpec.replaces), each against its
+    own single-device base; the bases' own rows compare the two bases."""
+    import pandas as pd
+
+    measured = table.set_index(["framework", "workload"])
+    rows = []
+    for (framework, workload), row in measured.iterrows():
+        loop = framework_spec(framework).replaces
+        if not loop or (loop, workload) not in measured.index:
+            continue
+        other = measured.loc[(loop, workload)]
+        rows.append(
+            {
+                "label": row["label"],
+                "workload": workload,
+                "loop": label(loop),
+                **{f"loop_{name}": other[name] for name in PAIRED},
+                **{name: row[name] for name in PAIRED},
+            }
+        )
+    if not rows:
+        return pd.DataFrame({"note": ["no framework of the study replaces a custom loop"]})
+    return pd.DataFrame(rows)
+
+
+HIGH_LEVEL_DISPLAY = {
+    "label": "High-level API",
+    "workload": "Workload",
+    "loop": "Custom loop it replaces",
+    "loop_base_lines": "Loop: base's code lines",
+    "loop_lines_touched": "Loop: lines touched",
+    "loop_api_names_introduced": "Loop: new API names",
+    "loop_concepts": "Loop: concepts to learn",
+    "base_lines": "High-level: base's code lines",
+    "lines_touched": "High-level: lines touched",
+    "api_names_introduced": "High-level: new API names",
+    "concepts": "High-level: concepts to learn",
+}
+
+
 def side_by_side_diff(example: Example, examples_dir: str = EXAMPLES_DIR) -> str:
     """An HTML page: the base and the example side by side, changes marked."""
     old = read_text(example.base.path(examples_dir)).splitlines()
@@ -108,7 +154,25 @@ def write_refactoring(
         # The CSV keeps every measured column, numbers unrounded.
         data=table,
     )
-    paths = [os.path.join(folder, f"{REFACTORING}.{ext}") for ext in TABLE_FORMATS]
+    # The custom loops the high-level APIs replace, for the contrast alone.
+    loops = {framework_spec(f).replaces for f in frameworks} - set(frameworks) - {""}
+    loop_examples = [example for f in sorted(loops) for example in examples_of(f)]
+    measured = [measure(example, examples_dir) for example in examples + loop_examples]
+    contrast = high_level_frame(refactoring_frame(measured))
+    if "note" not in contrast:  # else the note, as it is
+        contrast = contrast[list(HIGH_LEVEL_DISPLAY)].rename(columns=HIGH_LEVEL_DISPLAY)
+    write_table(
+        contrast,
+        folder,
+        REFACTORING_HIGH_LEVEL,
+        "What a distributed step costs written as a custom loop and with a high-level "
+        "API: each example against its own single-device base",
+    )
+    paths = [
+        os.path.join(folder, f"{name}.{ext}")
+        for name in (REFACTORING, REFACTORING_HIGH_LEVEL)
+        for ext in TABLE_FORMATS
+    ]
     diff_folder = diff_folder or os.path.join(folder, REFACTORING)
     for example in examples:
         if not example.is_base:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from trainscale.analysis import outputs
-from trainscale.catalogue.registry import base_of, table_order
+from trainscale.catalogue.registry import base_of, framework_spec, table_order
 from trainscale.core.gpt import TEXT_MODELS
 from trainscale.core.records import record_paths
 from trainscale.launching.examples import examples_of
@@ -46,7 +46,10 @@ class StudyOutputs:
         # The refactoring analysis: the study's frameworks and each one's
         # single-device base (what its example changes), in table order.
         frameworks = {p.framework for p in runnable}
-        self.refactored = sorted(frameworks | {base_of(f) for f in frameworks}, key=table_order)
+        # Each framework's base, and the custom loop a high-level API's replaces.
+        related = {base_of(f) for f in frameworks}
+        related |= {framework_spec(f).replaces for f in frameworks}
+        self.refactored = sorted((frameworks | related) - {""}, key=table_order)
         self.examples = examples
 
     def record_files(self) -> list[str]:
@@ -79,7 +82,9 @@ class StudyOutputs:
     def refactoring_files(self) -> Files:
         """refactoring.{csv,md,tex}, and a side-by-side diff per example that
         is not a base."""
-        tables = outputs.table_files(self.results, [outputs.REFACTORING])
+        tables = outputs.table_files(
+            self.results, [outputs.REFACTORING, outputs.REFACTORING_HIGH_LEVEL]
+        )
         folder = os.path.join(self.results, outputs.REFACTORING)
         diffs = [
             f"{folder}/{example.name}.html"
