@@ -116,6 +116,12 @@ def test_accuracy_tables_and_figure(study):
     ]  # fmt: skip
     assert (table["final_accuracy_mean"] >= TARGET).all() and set(table["reached"]) == {"1/1"}
     assert (table["time_to_target_mean"] > 0).all()
+    # Seed 003's columns: the test loss, a replica's memory used of what it
+    # had (on a CPU its peak RSS of its share of the host) and no GPU to use.
+    assert (table["final_test_loss"] > 0).all() and table["gpu_utilisation_percent"].isna().all()
+    for shown in table["memory_used_of_total"]:
+        used, total = (float(part) for part in shown.removesuffix(" MiB").split(" / "))
+        assert 0 < used < total
     ranks = pd.read_csv(os.path.join(study, "tables", "ranks.csv"))
     assert set(ranks["throughput_rank"]) == {1, 2} == set(ranks["time_to_target_rank"])
     # Each cell's classes: the mean of its one run's, lowest to highest.

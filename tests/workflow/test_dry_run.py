@@ -13,6 +13,7 @@ MISSING = "config key train_env: '.venv-train' has no bin/trainscale"
 STUDIES = [
     ("the paper's SLURM study", [], 48),
     ("seed 002", ["--configfile", "studies/seed002.yaml"], 56),
+    ("seed 003", ["--configfile", "studies/seed003.yaml"], 72),
 ]
 
 

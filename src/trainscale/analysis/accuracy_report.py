@@ -5,8 +5,9 @@ its repeats) are trainscale.core.accuracy's.
 - accuracy.csv: one row per run (final test accuracy and loss, time and
   epochs to the target, training images/sec); curves.csv: one row per epoch
   of every run.
-- tables/accuracy: per framework and GPU count, final accuracy, time-to-target
-  with how many runs reached it, epochs-to-target, images/sec while training.
+- tables/accuracy: per framework and GPU count, final accuracy and test loss,
+  time-to-target with how many runs reached it, epochs-to-target, images/sec
+  while training, and seed 003's memory used of the total and GPU utilisation.
 - tables/ranks: per GPU count, each framework's rank by images/sec beside its
   rank by time-to-target ("faster per step is not always faster to the target").
 - tables/accuracy_per_class: per framework and GPU count, the final test
@@ -92,10 +93,28 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
                 "training_seconds": group["training_seconds"].astype(float).mean(),
                 "images_per_sec_mean": rates.mean(),
                 "images_per_sec_std": rates.std(ddof=1) if spread else np.nan,
+                "final_test_loss": group["final_test_loss"].astype(float).mean(),
+                **_memory_and_utilisation(group),
             }
         )
     table = pd.DataFrame(rows)
     return table if table.empty else _in_table_order(table)
+
+
+def _memory_and_utilisation(group: pd.DataFrame) -> dict:
+    """Seed 003's columns: a replica's memory used of what it had ("used /
+    12288 MiB": on GPUs NVML's peak, as nvidia-smi shows it, else the
+    allocator's; on CPUs the process's peak RSS of its share of the host),
+    and the GPU's utilisation (NVML; none on CPUs)."""
+    nvml = group["gpu_memory_peak_mib"].astype(float)
+    used = nvml if nvml.notna().all() else group["peak_memory_per_replica_mib"].astype(float)
+    total = group["memory_capacity_per_replica_mib"].astype(float).min()
+    return {
+        "memory_used_of_total": f"{used.max():.0f} / {total:.0f} MiB"
+        if used.notna().any() and not np.isnan(total)
+        else "",
+        "gpu_utilisation_percent": group["gpu_utilisation_percent"].astype(float).mean(),
+    }
 
 
 def _in_table_order(table: pd.DataFrame) -> pd.DataFrame:
@@ -312,4 +331,7 @@ ACCURACY_LABELS = {
     "time_to_target_rank": "Rank by time to target",
     "training_seconds_rank": "Rank by training time",
     "same_rank": "Same rank",
+    "final_test_loss": "Final test loss",
+    "memory_used_of_total": "Memory used / total (per replica)",
+    "gpu_utilisation_percent": "GPU utilisation (%)",
 }
