@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from common import median, ratio_interval
 
 from trainscale.catalogue.options import RunOptions
+from trainscale.catalogue.registry import framework_spec
 from trainscale.catalogue.settings import RunSettings
 from trainscale.core.gpu_monitor import GpuMonitor, nvml_monitor
 from trainscale.core.ports import free_ports
@@ -204,6 +205,8 @@ def plain_step(framework: str, settings: RunSettings, backend):
     device = backend.device
     inputs, labels = plain_batch(settings, device)
     dtype = _AUTOCAST.get(settings.precision)
+    # A high-level API's (Lightning's) against the custom loop it replaces.
+    framework = framework_spec(framework).replaces or framework
     if framework == "torch-single":
         model, optimizer = backend.model, backend.optimizer
     else:

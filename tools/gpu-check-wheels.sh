@@ -2,8 +2,8 @@
 # The wheels the GPU check (bench/gpu/README.md) carries to a GPU machine that
 # has torch but nothing outside it: DeepSpeed 0.19.8, built here with no op
 # compiled (pure Python; its GPU ops would compile at run time, and the
-# deepspeed framework uses none), and the pure-Python packages it needs that
-# the machine lacks, at the versions .venv-torch runs it with. Into .whl/
+# deepspeed framework uses none), PyTorch Lightning, and the packages they
+# need that the machine may lack, at the versions .venv-torch runs them with. Into .whl/
 # (git-ignored), a few MiB: the device tool carries up to 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,9 @@ DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=0 "$python" -m pip wheel -q --no-build-isolatio
   --no-cache-dir deepspeed==0.19.8 -w "$out"
 version() { "$python" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 pins=()
-for name in hjson pydantic pydantic-core annotated-types typing-inspection; do
+# And PyTorch Lightning (the lightning cell) with what it imports beside torch.
+for name in hjson pydantic pydantic-core annotated-types typing-inspection \
+  pytorch-lightning lightning-utilities torchmetrics tqdm pyyaml; do
   pins+=("$name==$(version "$name")")
 done
 # The GPU machine's Python: 3.12 on x86-64 (pydantic-core is compiled).

@@ -29,7 +29,7 @@ def run_check(out, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_every_cell_runs_on_the_cpu_and_a_second_run_skips_what_the_first_wrote(tmp_path):
-    """About a minute: 14 cells in 4 processes (DeepSpeed's twice), a whole
+    """About a minute: 15 cells in 5 processes (DeepSpeed's twice), a whole
     `trainscale run`, and torch.compile's first compilation on this machine."""
     names = [cell.name for cell in cells(tiny=True)]
     first = run_check(tmp_path)

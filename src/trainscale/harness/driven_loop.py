@@ -16,6 +16,10 @@ from __future__ import annotations
 import queue
 import threading
 
+# The batches an API's loop is given outside accuracy mode: as many as the
+# harness asks for (its blocks, or a bench's), which then ends the loop.
+UNBOUNDED = 2**31 - 1
+
 
 class DrivenLoop:
     def __init__(self, run, name: str):

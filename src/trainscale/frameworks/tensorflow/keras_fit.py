@@ -27,8 +27,8 @@ from trainscale.frameworks.tensorflow.strategies import Mirrored, MultiWorker, S
 from trainscale.frameworks.tensorflow.tf_backend import TensorFlowBackend
 from trainscale.frameworks.tensorflow.tf_data import prepare_images
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod
-from trainscale.harness.backend import batches_trained, horovod_wire_compression
-from trainscale.harness.driven_loop import DrivenLoop
+from trainscale.harness.backend import horovod_wire_compression
+from trainscale.harness.driven_loop import UNBOUNDED, DrivenLoop
 from trainscale.harness.epochs import steps_per_epoch
 
 
@@ -99,19 +99,16 @@ class FitBackend(TensorFlowBackend):
     def before_fit(self, dataset_fn) -> None:
         """Between compile and fit: what fit's callbacks need (default: nothing)."""
 
-    def start_fit(self, dataset, restored_at: int | None = None) -> DrivenLoop:
+    def start_fit(self, dataset, restored_at: int = 0) -> DrivenLoop:
         """fit over `dataset`, from the start or from the loop's timed step
-        `restored_at` (an elastic restart's, which has no warm-up). fit's
-        epochs: the loop's in accuracy mode, else one of the whole run
-        (warm-up and blocks), which the loop may end early."""
+        `restored_at` (an elastic restart's). fit's epochs: the loop's in
+        accuracy mode, else one, as long as the loop goes on."""
         s = self.settings
         if s.mode == "accuracy":
             steps = steps_per_epoch(self)
-            epochs = {"epochs": s.epochs, "initial_epoch": (restored_at or 0) // steps}
+            epochs = {"epochs": s.epochs, "initial_epoch": restored_at // steps}
         else:
-            timed = s.blocks * s.steps_per_block
-            steps = batches_trained(s, timed) if restored_at is None else timed - restored_at
-            epochs = {"epochs": 1}
+            steps, epochs = UNBOUNDED, {"epochs": 1}
         return fit_in_thread(
             self.model, self.fit_callbacks(), x=dataset, steps_per_epoch=steps, **epochs
         )

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.frameworks.torch.torch_ddp import ddp_knobs
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed, collectives_seen
-from trainscale.harness.driven_loop import DrivenLoop
+from trainscale.harness.driven_loop import UNBOUNDED, DrivenLoop
 from trainscale.harness.epochs import steps_per_epoch
 
 # trainscale's --precision as Lightning's Trainer(precision=...) names it.
@@ -79,8 +79,8 @@ class LightningTrainer:
         s = self.settings
         if s.mode == "accuracy":
             epochs, steps = s.epochs, steps_per_epoch(self)
-        else:  # one epoch of the whole run, which the loop may end early
-            epochs, steps = 1, s.warmup_steps + s.blocks * s.steps_per_block
+        else:  # one epoch, as long as the loop goes on
+            epochs, steps = 1, UNBOUNDED
         loop = self.fit_loop = DrivenLoop(lambda: trainer.fit(module, self.batches), "lightning")
 
         backend = self
