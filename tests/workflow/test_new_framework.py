@@ -66,7 +66,9 @@ def add_the_framework(repo: str) -> None:
     registry = os.path.join(repo, "src", "trainscale", "catalogue", "registry.py")
     with open(registry) as handle:
         text = handle.read()
-    end = text.index("\n)\nFRAMEWORKS = ")  # the registry's closing parenthesis
+    # The closing parenthesis of the custom loops' entries (the high-level
+    # APIs' are appended after them, from trainscale.catalogue.high_level).
+    end = text.index("\n)\n# The high-level APIs' frameworks")
     with open(registry, "w") as handle:
         handle.write(text[: end + 1] + ENTRY + text[end + 1 :])
     module = os.path.join(repo, "src", "trainscale", "frameworks", "torch", "torch_ddp_again.py")
