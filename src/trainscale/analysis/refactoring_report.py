@@ -141,7 +141,8 @@ def write_refactoring(
     from trainscale.core.records import atomic_write_text
 
     examples = [example for f in frameworks for example in examples_of(f)]
-    table = refactoring_frame([measure(example, examples_dir) for example in examples])
+    measured = [measure(example, examples_dir) for example in examples]
+    table = refactoring_frame(measured)
     shown = table[list(DISPLAY)].rename(columns=DISPLAY)
     shown["Base touched"] = [f"{share:.0%}" for share in table["base_share_touched"]]
     write_table(
@@ -157,7 +158,7 @@ def write_refactoring(
     # The custom loops the high-level APIs replace, for the contrast alone.
     loops = {framework_spec(f).replaces for f in frameworks} - set(frameworks) - {""}
     loop_examples = [example for f in sorted(loops) for example in examples_of(f)]
-    measured = [measure(example, examples_dir) for example in examples + loop_examples]
+    measured += [measure(example, examples_dir) for example in loop_examples]
     contrast = high_level_frame(refactoring_frame(measured))
     if "note" not in contrast:  # else the note, as it is
         contrast = contrast[list(HIGH_LEVEL_DISPLAY)].rename(columns=HIGH_LEVEL_DISPLAY)
