@@ -16,9 +16,20 @@ from __future__ import annotations
 import queue
 import threading
 
+from trainscale.harness.epochs import steps_per_epoch
+
 # The batches an API's loop is given outside accuracy mode: as many as the
 # harness asks for (its blocks, or a bench's), which then ends the loop.
 UNBOUNDED = 2**31 - 1
+
+
+def api_epochs(backend) -> tuple[int, int]:
+    """(epochs, batches per epoch) an API's loop is given: the harness's
+    epochs in accuracy mode, else one epoch of UNBOUNDED batches."""
+    s = backend.settings
+    if s.mode == "accuracy":
+        return s.epochs, steps_per_epoch(backend)
+    return 1, UNBOUNDED
 
 
 class DrivenLoop:

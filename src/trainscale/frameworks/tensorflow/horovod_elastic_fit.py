@@ -72,13 +72,11 @@ class HorovodElasticFitBackend(HorovodFitBackend):
         self.state.commit()  # in memory; also where Horovod says hosts changed
 
     def run_blocks(self, blocks_from, first_step: int):
-        import horovod.tensorflow.keras as hvd
-
         # The state as the timed part starts (the warm-up trained it).
         self.state.steps = first_step
         self.state.save()
 
-        @hvd.elastic.run
+        @self.distribution.hvd.elastic.run  # horovod.tensorflow.keras's is this one
         def resumable(state):
             return blocks_from(state.steps)
 

@@ -28,8 +28,7 @@ from trainscale.frameworks.tensorflow.tf_backend import TensorFlowBackend
 from trainscale.frameworks.tensorflow.tf_data import prepare_images
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod
 from trainscale.harness.backend import horovod_wire_compression
-from trainscale.harness.driven_loop import UNBOUNDED, DrivenLoop
-from trainscale.harness.epochs import steps_per_epoch
+from trainscale.harness.driven_loop import DrivenLoop, api_epochs
 
 
 def fit_in_thread(model, callbacks: list, **fit_arguments) -> DrivenLoop:
@@ -103,14 +102,14 @@ class FitBackend(TensorFlowBackend):
         """fit over `dataset`, from the start or from the loop's timed step
         `restored_at` (an elastic restart's). fit's epochs: the loop's in
         accuracy mode, else one, as long as the loop goes on."""
-        s = self.settings
-        if s.mode == "accuracy":
-            steps = steps_per_epoch(self)
-            epochs = {"epochs": s.epochs, "initial_epoch": restored_at // steps}
-        else:
-            steps, epochs = UNBOUNDED, {"epochs": 1}
+        epochs, steps = api_epochs(self)
         return fit_in_thread(
-            self.model, self.fit_callbacks(), x=dataset, steps_per_epoch=steps, **epochs
+            self.model,
+            self.fit_callbacks(),
+            x=dataset,
+            epochs=epochs,
+            initial_epoch=restored_at // steps,
+            steps_per_epoch=steps,
         )
 
     def fit_optimizer(self, optimizer):

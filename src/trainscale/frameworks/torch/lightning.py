@@ -33,8 +33,7 @@ import torch.nn.functional as F
 from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.frameworks.torch.torch_ddp import ddp_knobs
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed, collectives_seen
-from trainscale.harness.driven_loop import UNBOUNDED, DrivenLoop
-from trainscale.harness.epochs import steps_per_epoch
+from trainscale.harness.driven_loop import DrivenLoop, api_epochs
 
 # trainscale's --precision as Lightning's Trainer(precision=...) names it.
 PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
@@ -77,10 +76,7 @@ class LightningTrainer:
 
         super().prepare()
         s = self.settings
-        if s.mode == "accuracy":
-            epochs, steps = s.epochs, steps_per_epoch(self)
-        else:  # one epoch, as long as the loop goes on
-            epochs, steps = 1, UNBOUNDED
+        epochs, steps = api_epochs(self)
         loop = self.fit_loop = DrivenLoop(lambda: trainer.fit(module, self.batches), "lightning")
 
         backend = self
