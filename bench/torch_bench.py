@@ -14,7 +14,8 @@ object on stdout. As bench/harness_bench.py does for TensorFlow:
    torch-single's in one process, interleaved, and the operators whose time
    grew (bench/one_replica_step.py, a process per framework);
 5. ray-train against torch-ddp at 1 and 2 workers, whole runs alternating
-   (alone: `.venv-torch/bin/python bench/torch_bench.py --only ray-train`).
+   (alone: `.venv-torch/bin/python bench/torch_bench.py --only ray-train`;
+   issue 44's five pairs at one worker: add `--ray-workers 1 --ray-rounds 5`).
 """
 
 from __future__ import annotations
@@ -75,12 +76,13 @@ def step_cost(framework: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def ray_against_ddp(settings: RunSettings, workers: int, work: str) -> dict:
+def ray_against_ddp(settings: RunSettings, workers: int, work: str, rounds: int = 2) -> dict:
     """ray-train against torch-ddp at `workers` replicas: whole `trainscale run`s
-    alternating, two rounds; the timed blocks' images/sec (medians over every
-    block) and the whole run's wall time, where Ray's start-up shows."""
+    alternating, `rounds` rounds; the timed blocks' images/sec (medians over
+    every block, and each round's ratio for the spread) and the whole run's
+    wall time, where Ray's start-up shows."""
     runs = {"ray-train": [], "torch-ddp": []}
-    for _ in range(2):
+    for _ in range(rounds):
         for name in runs:
             output = os.path.join(work, f"{name}-{workers}.json")
             runs[name].append(run_framework(settings, name, output, replicas=workers))
@@ -97,6 +99,11 @@ def ray_against_ddp(settings: RunSettings, workers: int, work: str) -> dict:
         "torch_ddp_images_per_sec": median(blocks("torch-ddp")),
         "ratio": median(blocks("ray-train")) / median(blocks("torch-ddp")),
         "ratio_interval_95": ratio_interval(blocks("ray-train"), blocks("torch-ddp")),
+        # Each round's ratio (its two runs side by side): the spread between rounds.
+        "round_ratios": [
+            median(ray["block_rates"]) / median(ddp["block_rates"])
+            for ray, ddp in zip(runs["ray-train"], runs["torch-ddp"])
+        ],
         "ray_train_wall_seconds": median(walls("ray-train")),
         "torch_ddp_wall_seconds": median(walls("torch-ddp")),
         "wall_ratio": median(walls("ray-train")) / median(walls("torch-ddp")),
@@ -105,8 +112,8 @@ def ray_against_ddp(settings: RunSettings, workers: int, work: str) -> dict:
     }
 
 
-def ray_train_rows(settings: RunSettings, work: str) -> dict:
-    return {workers: ray_against_ddp(settings, workers, work) for workers in (1, 2)}
+def ray_train_rows(settings: RunSettings, work: str, workers=(1, 2), rounds: int = 2) -> dict:
+    return {n: ray_against_ddp(settings, n, work, rounds) for n in workers}
 
 
 def main() -> None:
@@ -115,6 +122,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--only", choices=["ray-train"], help="one part: ray-train against torch-ddp"
+    )
+    parser.add_argument(
+        "--ray-workers", type=int, nargs="+", default=[1, 2], help="ray-train's worker counts"
+    )
+    parser.add_argument(
+        "--ray-rounds", type=int, default=2, help="alternating ray-train/torch-ddp pairs"
     )
     args = parser.parse_args()
 
@@ -134,7 +147,8 @@ def main() -> None:
         dataset="synthetic", **{**measure, "blocks": 8},
     )  # fmt: skip
     if args.only == "ray-train":
-        json.dump({"ray_train_vs_ddp": ray_train_rows(synthetic, work)}, sys.stdout, indent=2)
+        rows = ray_train_rows(synthetic, work, args.ray_workers, args.ray_rounds)
+        json.dump({"ray_train_vs_ddp": rows}, sys.stdout, indent=2)
         return
     # Both steps return the loss on the device; a block ends by reading the
     # last one, as the harness's blocks do.
@@ -152,7 +166,7 @@ def main() -> None:
     # process there is nothing of Ray's to measure.
     stepped = [name for name in frameworks[1:] if name != "ray-train"]
     results["one_replica_step"] = {name: step_cost(name) for name in stepped}
-    results["ray_train_vs_ddp"] = ray_train_rows(synthetic, work)
+    results["ray_train_vs_ddp"] = ray_train_rows(synthetic, work, args.ray_workers, args.ray_rounds)
     results["settings"] = {"model": "vgg16/small_cnn", "batch_size": 32, "image_size": 32}
     results["settings"].update(measure)
     results["torch"] = torch.__version__
