@@ -112,9 +112,13 @@ def test_framework_run_writes_an_ok_record(
     assert launched >= record["seconds_to_first_timed_step"] - 0.02
     # Achieved FLOP/s from the model's count; on a CPU no peak, so no MFU.
     flops = record["training_flops_per_image"]
-    assert flops == 3 * forward_flops_per_image("vgg16", 32, 100)
-    # What a gradient all-reduce moves (trainscale.analysis.predict reads it).
-    assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[("vgg16", 32)]
+    assert flops == 3 * forward_flops_per_image("lenet5", 32, 100)
+    # What a gradient all-reduce moves (trainscale.analysis.predict reads it):
+    # LeNet-5's, counted by hand (kernels and biases, 32x32x3 in, 100 classes).
+    conv = (5 * 5 * 3 * 6 + 6) + (5 * 5 * 6 * 16 + 16)
+    dense = (16 * 5 * 5 * 120 + 120) + (120 * 84 + 84) + (84 * 100 + 100)
+    known = KNOWN_TRAINABLE_PARAMETERS[("lenet5", 32)]
+    assert record["trainable_parameters"] == conv + dense == known
     assert record["achieved_tflops"] == pytest.approx(rate["mean"] * flops / 1e12)
     assert record["mfu"] is None and record["peak_basis"].startswith("unknown")
     assert record["peak_precision"] == "fp32"

@@ -1,7 +1,7 @@
 """Every distributed torch framework on 2 CPU replicas equals torch-single on the full batch.
 
 As tests/harness/test_equivalence.py for TensorFlow: the same seed, initial
-weights and GLOBAL batch; VGG-16 (no dropout, no batch norm) at 32x32; plain
+weights and GLOBAL batch; LeNet-5 (no dropout, no batch norm) at 32x32; plain
 SGD, whose update is linear in the gradient; 3 steps (one warm-up, two
 timed): each framework's shared run (runs.framework_run). Only float32
 summation order may differ. The frameworks come from the registry; a
@@ -33,7 +33,7 @@ def reference(run_store, cifar_dir):
 
 
 # The data-parallel ones: the model-parallel frameworks split a GPT, not
-# VGG-16 (test_gpt_equivalence.py).
+# LeNet-5 (test_gpt_equivalence.py).
 DISTRIBUTED = [
     s.name
     for s in REGISTRY
@@ -58,11 +58,11 @@ def test_two_replicas_match_one_device_on_the_full_batch(
     assert_options_recorded(run.record["settings"], options)
 
 
-# Knobs that must not change the arithmetic (bucket size, fusion, FSDP2's
-# resharding), and the fp16 compressions, which round every gradient to half
-# precision on the wire.
+# Knobs that must not change the arithmetic (buckets smaller than LeNet-5's
+# 272 KB of gradients, no fusion, FSDP2's resharding), and the fp16
+# compressions, which round every gradient to half precision on the wire.
 KNOBS = [
-    ("torch-ddp", ["--ddp-bucket-cap-mb", "1"], False),
+    ("torch-ddp", ["--ddp-bucket-cap-mb", "0.05"], False),
     ("horovod-torch", ["--horovod-fusion-threshold-mb", "0"], False),
     ("torch-fsdp", ["--no-fsdp-reshard-after-forward"], False),
     ("torch-ddp", ["--ddp-compression", "fp16"], True),

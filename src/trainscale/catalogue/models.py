@@ -12,7 +12,8 @@ from trainscale.core.datasets import DATASETS
 from trainscale.core.gpt import TEXT_MODELS
 
 # Smallest input side each image model accepts (Keras' own limits for the
-# applications; small_cnn needs two 5x5 convolutions and two 2x2 poolings).
+# applications; small_cnn and lenet5 need two 5x5 convolutions and two 2x2
+# poolings).
 MODEL_MIN_IMAGE_SIZE = {
     "vgg16": 32,
     "vgg19": 32,
@@ -20,6 +21,7 @@ MODEL_MIN_IMAGE_SIZE = {
     "mobilenet_v2": 32,
     "inception_v3": 75,
     "small_cnn": 16,
+    "lenet5": 16,
 }
 IMAGE_MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
 # The text models (trainscale.core.gpt: a GPT-style decoder's size ladder).
@@ -29,10 +31,13 @@ MODELS = (*IMAGE_MODELS, *TEXT_MODELS)
 TORCH_MIN_IMAGE_SIZE = {**MODEL_MIN_IMAGE_SIZE, "resnet50": 28, "mobilenet_v2": 28}
 # The models defined for torch too, as the same networks; the torch
 # frameworks refuse the others.
-TORCH_MODELS = ("vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn", *TEXT_MODELS)
+TORCH_MODELS = (
+    "vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn", "lenet5", *TEXT_MODELS,
+)  # fmt: skip
 # Trainable parameters (Keras's count, the models, 100 classes), for
 # records written before the harness recorded `trainable_parameters`
-# (trainscale.analysis.predict sizes the gradient all-reduce from it).
+# (trainscale.analysis.predict sizes the gradient all-reduce from it), and
+# for the tests to hold a record's count to.
 KNOWN_TRAINABLE_PARAMETERS = {
     ("vgg16", 224): 134_670_244,
     ("vgg16", 32): 34_006_948,
@@ -42,6 +47,8 @@ KNOWN_TRAINABLE_PARAMETERS = {
     ("resnet50", 32): 23_739_492,
     ("small_cnn", 224): 2_819_930,
     ("small_cnn", 32): 35_930,
+    ("lenet5", 224): 5_414_936,
+    ("lenet5", 32): 69_656,
 }
 
 # The data sets a text model reads: text, or synthetic tokens.

@@ -60,6 +60,34 @@ def _small_cnn(image_size: int, num_classes: int, channels: int):
     )
 
 
+def _lenet5(image_size: int, num_classes: int, channels: int):
+    """LeNet-5 (LeCun et al., 1998) as it is trained today: ReLU and max pooling.
+
+    conv 6@5x5 -> relu -> maxpool 2 -> conv 16@5x5 -> relu -> maxpool 2 ->
+    dense 120 -> relu -> dense 84 -> relu -> dense classes: 69,656 parameters
+    at 32x32x3 with 100 classes. Neither dropout nor batch normalisation:
+    replicas that split a batch compute what one device computes on all of
+    it, to float32 rounding (the tests' equivalence runs train it).
+    """
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    return tf.keras.Sequential(
+        [
+            layers.Input((image_size, image_size, channels)),
+            layers.Conv2D(6, 5, activation="relu", name="conv1"),
+            layers.MaxPooling2D(2),
+            layers.Conv2D(16, 5, activation="relu", name="conv2"),
+            layers.MaxPooling2D(2),
+            layers.Flatten(),
+            layers.Dense(120, activation="relu", name="fc1"),
+            layers.Dense(84, activation="relu", name="fc2"),
+            layers.Dense(num_classes, name="fc3"),
+        ],
+        name="lenet5",
+    )
+
+
 _BUILDERS = {
     # The paper's model: the standard Keras VGG-16 with 100 classes. Keras
     # ignores `pooling` when the classifier top is included; it is passed as
@@ -71,6 +99,7 @@ _BUILDERS = {
     "inception_v3": _applications_model("InceptionV3"),
     "mobilenet_v2": _applications_model("MobileNetV2"),
     "small_cnn": _small_cnn,
+    "lenet5": _lenet5,
 }
 assert set(_BUILDERS) | set(TEXT_MODELS) == set(MODELS), "settings.MODELS disagrees"
 

@@ -19,6 +19,7 @@ every image size (tests/torch/test_models.py holds them to the Keras counts):
   stride-2 convolution, which pads one more row and column after than before
   on an even input (torch pads evenly, so _PadSame does it).
 - small_cnn: seed 003's network (trainscale.frameworks.tensorflow.keras_models._small_cnn).
+- lenet5: LeNet-5 with ReLU and max pooling (keras_models._lenet5).
 
 Weights start as Keras starts them (Glorot-uniform kernels, zero biases), so
 the training dynamics match too. Flatten orders differ (Keras flattens height,
@@ -191,6 +192,24 @@ def _small_cnn(image_size: int, num_classes: int, channels: int) -> nn.Sequentia
     )
 
 
+def _lenet5(image_size: int, num_classes: int, channels: int) -> nn.Sequential:
+    side = ((image_size - 4) // 2 - 4) // 2
+    return nn.Sequential(
+        nn.Conv2d(channels, 6, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * side * side, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, num_classes),
+    )
+
+
 # The image models; the text ones are trainscale.frameworks.torch.torch_gpt's.
 _BUILDERS = {
     "vgg16": lambda *shape: _vgg(VGG_BLOCKS["vgg16"], *shape),
@@ -198,6 +217,7 @@ _BUILDERS = {
     "resnet50": _resnet50,
     "mobilenet_v2": _mobilenet_v2,
     "small_cnn": _small_cnn,
+    "lenet5": _lenet5,
 }
 assert set(_BUILDERS) | set(TEXT_MODELS) == set(TORCH_MODELS), "settings.TORCH_MODELS disagrees"
 
