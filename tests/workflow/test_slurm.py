@@ -119,6 +119,9 @@ def test_each_launch_kind_through_the_slurm_profile(lab_campaign, record_propert
 
 
 def test_horovod_over_gloo_across_nodes(lab_campaign):
+    """Over a minute: it waits for its study's one job (Horovod over Gloo, 2
+    nodes of 2 ranks), which SLURM runs among the lab's other jobs
+    (conftest.lab_campaign), all on this machine's cores."""
     study = lab_campaign.studies["gloo"]
     returncode, output = study.wait()
     assert returncode == 0, output[-4000:]
