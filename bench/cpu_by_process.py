@@ -1,19 +1,22 @@
 """Where a command's CPU time goes, process by process.
 
-    python3 bench/cpu_by_process.py OUT.txt -- COMMAND [ARGS...]
+    python3 bench/cpu_by_process.py [--cwd] OUT.txt -- COMMAND [ARGS...]
 
 Runs COMMAND and, every 0.5 s until it ends, reads every process's user and
 system time from /proc: processes that SLURM, Ray or mpirun start outside
 COMMAND's own tree (which `time` would miss) are counted too. OUT.txt gets
 one line per kind of process, most CPU first: CPU-seconds, how many such
 processes there were, and the kind (a `trainscale` subcommand and its
-framework, else the first words of the command line, file names only).
+framework, else the first words of the command line, file names only;
+with --cwd, a trainscale process's working directory too: which study's
+copy of the workflow it ran in, on the SLURM lab).
 Whatever else the machine runs meanwhile is counted as well: run it alone.
 A process that lives less than one sampling interval may be missed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -24,7 +27,7 @@ from collections import Counter
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _processes() -> dict[str, tuple[int, str]]:
+def _processes(by_cwd: bool = False) -> dict[str, tuple[int, str]]:
     """pid:start -> (user + system ticks, kind), for every process now."""
     found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -39,7 +42,11 @@ def _processes() -> dict[str, tuple[int, str]]:
             stat[stat.find("(") + 1 : stat.rfind(")")],
             stat[stat.rfind(")") + 2 :].split(),
         )
-        found[f"{pid}:{fields[19]}"] = (int(fields[11]) + int(fields[12]), _kind(argv, name))
+        kind = _kind(argv, name)
+        if by_cwd and kind.startswith("trainscale "):
+            with contextlib.suppress(OSError):
+                kind += " in " + os.readlink(f"/proc/{pid}/cwd")
+        found[f"{pid}:{fields[19]}"] = (int(fields[11]) + int(fields[12]), kind)
     return found
 
 
@@ -54,13 +61,15 @@ def _kind(argv: list[str], name: str) -> str:
 
 
 def main() -> int:
-    out, command = sys.argv[1], sys.argv[sys.argv.index("--") + 1 :]
+    ours, command = sys.argv[1 : sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1 :]
+    by_cwd = "--cwd" in ours
+    out = [arg for arg in ours if arg != "--cwd"][0]
     before = {key: ticks for key, (ticks, _) in _processes().items()}
     used, seen, kinds = Counter(), {}, {}
     child = subprocess.Popen(command)
     while True:
         ended = child.poll() is not None
-        for key, (ticks, kind) in _processes().items():
+        for key, (ticks, kind) in _processes(by_cwd).items():
             kinds.setdefault(key, kind)  # a process's kind as first seen (exec may rename it)
             last = seen.get(key, before.get(key, 0))
             used[kinds[key]] += (ticks - last) / TICKS
