@@ -23,6 +23,8 @@ class FrameworkSpec:
     # The module its processes cannot run without; `trainscale` refuses the
     # framework in a Python that lacks it (horovod-torch needs Horovod built
     # with its torch extension, which the TensorFlow environment never has).
+    # "module<N" or "module>=N": a major version too (Lightning 1.9's
+    # strategy="horovod" is gone from 2.x, which imports under the same name).
     requires: str
     # Its example script, below examples/: the study's image workload (VGG-16
     # on CIFAR-100) written as the framework's documentation teaches
@@ -84,14 +86,44 @@ class FrameworkSpec:
         import importlib.util
         import os
 
-        top, _, framework = self.requires.partition(".")
+        module, bound = _split_requirement(self.requires)
+        top, _, framework = module.partition(".")
         spec = importlib.util.find_spec(top)
         # A folder of that name on sys.path with no __init__.py (the test
         # suite's tests/torch/) is a namespace package, not the framework.
         if spec is None or spec.origin is None:
             return self.requires
+        if bound and not _major_within(top, bound):
+            return f"{self.requires} (this Python has {top} {_version(top)})"
         if framework:
             folders = spec.submodule_search_locations or []
             if not any(glob.glob(os.path.join(f, framework, "mpi_lib*")) for f in folders):
                 return f"{self.requires} (Horovod built without it)"
         return ""
+
+
+def _split_requirement(requires: str) -> tuple[str, str]:
+    """("module", "<2") from "module<2"; ("module", "") from "module"."""
+    for operator in ("<", ">="):
+        module, found, major = requires.partition(operator)
+        if found:
+            return module, operator + major
+    return requires, ""
+
+
+def _version(distribution: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _major_within(distribution: str, bound: str) -> bool:
+    """Whether the installed distribution's major version meets "<N" or ">=N"."""
+    version = _version(distribution)
+    if not version.split(".")[0].isdigit():
+        return False
+    major, limit = int(version.split(".")[0]), int(bound.lstrip("<>="))
+    return major < limit if bound.startswith("<") else major >= limit

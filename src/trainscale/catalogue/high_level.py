@@ -14,8 +14,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainscale.catalogue.framework_spec import FrameworkSpec
-from trainscale.catalogue.knobs import LIGHTNING_KNOBS, ddp_traffic, lightning_strategy_check
-from trainscale.catalogue.launch_kinds import ONE_PROCESS, TORCHRUN
+from trainscale.catalogue.knobs import (
+    HOROVOD_KNOBS,
+    LIGHTNING_KNOBS,
+    ddp_traffic,
+    horovod_traffic,
+    lightning_strategy_check,
+)
+from trainscale.catalogue.launch_kinds import HOROVOD, ONE_PROCESS, TORCHRUN
 from trainscale.catalogue.traffic import no_traffic
 
 # The Keras `fit` frameworks: the custom loop each replaces, and its Backend
@@ -72,7 +78,7 @@ LIGHTNING = (
         "torch_env",
         ONE_PROCESS,
         backend="trainscale.frameworks.torch.lightning:LightningSingle",
-        requires="pytorch_lightning",
+        requires="pytorch_lightning>=2",
         example="torch_lightning_single.py",
         one_node=True,
         one_device=True,
@@ -86,7 +92,7 @@ LIGHTNING = (
         "torch_env",
         TORCHRUN,
         backend="trainscale.frameworks.torch.lightning:LightningDistributed",
-        requires="pytorch_lightning",
+        requires="pytorch_lightning>=2",
         example="torch_lightning.py",
         base="lightning-single",
         replaces="torch-ddp",
@@ -95,6 +101,25 @@ LIGHTNING = (
         concept_evidence=(("training engine", ("Trainer",)),),
         traffic=ddp_traffic,
         check=lightning_strategy_check,
+    ),
+    # Seed 003's Pytorch_lightning_* rows: Lightning 1.9's strategy="horovod",
+    # removed in Lightning 2.0, so it runs from an environment of its own
+    # (make lightning1-env: .venv-torch's packages and Lightning 1.9.5).
+    FrameworkSpec(
+        "lightning-horovod",
+        "PyTorch Lightning 1.9 (Horovod)",
+        "torch",
+        "lightning1_env",
+        HOROVOD,
+        backend="trainscale.frameworks.torch.lightning:LightningHorovod",
+        requires="pytorch_lightning<2",
+        example="torch_lightning_horovod.py",
+        base="lightning-single",
+        replaces="horovod-torch",
+        knobs=HOROVOD_KNOBS,
+        compared_with="horovod-fit",
+        concept_evidence=(("training engine", ("Trainer",)),),
+        traffic=horovod_traffic,
     ),
 )
 

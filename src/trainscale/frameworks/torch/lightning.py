@@ -1,4 +1,4 @@
-"""lightning-single and lightning: PyTorch Lightning's Trainer (seed 003's
+"""lightning-single, lightning and lightning-horovod: PyTorch Lightning's Trainer (seed 003's
 `Pytorch_lightning_*` rows), as Lightning's docs teach it: a LightningModule
 whose training_step returns its batch's mean loss and whose
 configure_optimizers returns the optimizer, and
@@ -30,13 +30,25 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
+from trainscale.frameworks.torch.horovod_torch import Horovod
 from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.frameworks.torch.torch_ddp import ddp_knobs
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed, collectives_seen
 from trainscale.harness.driven_loop import DrivenLoop, api_epochs
 
-# trainscale's --precision as Lightning's Trainer(precision=...) names it.
+# trainscale's --precision as Lightning's Trainer(precision=...) names it:
+# 2.x's names, and 1.9's (lightning-horovod's environment).
 PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+PRECISION_1 = {"fp32": 32, "bf16": "bf16", "fp16": 16}
+
+
+def version_options(pl, precision: str) -> dict:
+    """The Trainer options whose names changed in Lightning 2.0: the
+    precision, and the distributed sampler left off (1.9 called it
+    replace_sampler_ddp)."""
+    if int(pl.__version__.split(".")[0]) < 2:
+        return {"precision": PRECISION_1[precision], "replace_sampler_ddp": False}
+    return {"precision": PRECISION[precision], "use_distributed_sampler": False}
 
 
 def lightning_module(net: torch.nn.Module, optimizer):
@@ -71,6 +83,11 @@ class LightningTrainer:
     def strategy(self):
         return "auto"  # one device: Lightning's SingleDeviceStrategy
 
+    def placement(self) -> dict:
+        """Trainer's devices and nodes: where Lightning starts no processes of
+        its own, the launcher's."""
+        return {"devices": self.settings.processes_per_node(), "num_nodes": self.settings.nodes}
+
     def prepare(self) -> None:
         import pytorch_lightning as pl
 
@@ -96,13 +113,11 @@ class LightningTrainer:
 
         trainer = pl.Trainer(
             accelerator="gpu" if s.device == "gpu" else "cpu",
-            devices=s.processes_per_node(),
-            num_nodes=s.nodes,
+            **self.placement(),
             strategy=self.strategy(),
-            precision=PRECISION[s.precision],
+            **version_options(pl, s.precision),
             max_epochs=epochs,
             limit_train_batches=steps,
-            use_distributed_sampler=False,
             callbacks=[OneBatchAtATime()],
             enable_checkpointing=False,
             logger=False,
@@ -152,3 +167,27 @@ class LightningDistributed(LightningTrainer, TorchDistributed):
             return self.settings.lightning_strategy  # fsdp, deepspeed: Lightning's own
         bucket_cap_mb, hook = ddp_knobs(self.settings)
         return DDPStrategy(bucket_cap_mb=bucket_cap_mb, ddp_comm_hook=hook)
+
+
+class LightningHorovod(LightningTrainer, Horovod):
+    """Lightning 1.9's strategy="horovod" (seed 003's Pytorch_lightning_*
+    rows; gone from Lightning 2.0): ranks started by horovodrun, mpirun or
+    srun, as for horovod-torch. Lightning's HorovodStrategy broadcasts rank
+    0's weights and wraps the optimizer in hvd.DistributedOptimizer (an
+    average of the ranks' batch means: the global batch's mean), so the
+    backend hands it the plain optimizer. It also multiplies the optimizer's
+    learning rate by the number of ranks (Horovod's rule for a batch that
+    grows with them); --learning-rate is the global batch's already, so the
+    optimizer handed over holds it divided by the ranks."""
+
+    def strategy(self):
+        return "horovod"
+
+    def placement(self) -> dict:
+        return {}  # one device a rank; Horovod's world is hvd.size()
+
+    def build(self, module):
+        optimizer = self.make_optimizer(module.parameters())
+        for group in optimizer.param_groups:
+            group["lr"] /= self.hvd.size()  # Lightning's HorovodStrategy multiplies it back
+        return module, optimizer
