@@ -5,6 +5,7 @@ PYTHON ?= python3.11
 TRAIN_VENV ?= .venv-train
 # The torch frameworks' training environment (trainscale.catalogue.registry: torch_env).
 TORCH_VENV ?= .venv-torch
+LIGHTNING1_VENV ?= .venv-lightning1
 VENV ?= .venv
 DEMO_DIR ?= results/demo-harness
 
@@ -26,7 +27,7 @@ COMPAT_VENV ?= .venv-compat
 COMPAT_PYTHON ?= $(lastword $(wildcard $(shell pyenv root 2>/dev/null || echo /root/.pyenv)/versions/3.8.*/bin/python))
 COMPAT_TENSORFLOW ?= 2.11.0
 
-.PHONY: help setup system containers image slurm-packages train-env torch-env analysis-env demo demo-accuracy demo-harness test test-fast \
+.PHONY: help setup system containers image slurm-packages train-env torch-env lightning1-env analysis-env demo demo-accuracy demo-harness test test-fast \
 	docs docs-browser test-slurm test-compat slurm-lab-up slurm-lab-down lint format clean bench
 
 help:
@@ -42,9 +43,9 @@ help:
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
 	@echo "make image      the container image (envs/Containerfile) for Podman and ch-run"
-	@echo "make setup      install system packages and the three environments (GPU=1: CUDA builds)"
+	@echo "make setup      install system packages and the four environments (GPU=1: CUDA builds)"
 
-setup: train-env torch-env analysis-env
+setup: train-env torch-env lightning1-env analysis-env
 
 system:
 	bash tools/install-system.sh
@@ -66,6 +67,11 @@ train-env: system
 torch-env: system
 	PYTHON=$(PYTHON) bash tools/install-env.sh torch $(TORCH_VENV) tools/wheel-cache.sh \
 		tools/build-horovod-torch.sh tools/environment-pins.py envs/torch-gpu.yaml pyproject.toml
+
+# lightning-horovod's: PyTorch Lightning 1.9.5 over .venv-torch's packages.
+lightning1-env: torch-env
+	TORCH_VENV=$(TORCH_VENV) bash tools/install-env.sh lightning1 $(LIGHTNING1_VENV) \
+		tools/environment-pins.py envs/lightning1.yaml pyproject.toml
 
 analysis-env:
 	PYTHON=$(PYTHON) bash tools/install-env.sh analysis $(VENV) pyproject.toml
@@ -107,8 +113,9 @@ demo-accuracy: train-env torch-env analysis-env
 
 # Every framework once through the harness alone: VGG-16 at 32x32 on a
 # generated CIFAR-100-format archive, 2 CPU replicas.
-demo-harness: train-env torch-env
-	TRAIN_VENV=$(TRAIN_VENV) TORCH_VENV=$(TORCH_VENV) DEMO_DIR=$(DEMO_DIR) bash tools/demo-harness.sh
+demo-harness: train-env torch-env lightning1-env
+	TRAIN_VENV=$(TRAIN_VENV) TORCH_VENV=$(TORCH_VENV) LIGHTNING1_VENV=$(LIGHTNING1_VENV) \
+		DEMO_DIR=$(DEMO_DIR) bash tools/demo-harness.sh
 
 # Ratios measured side by side in one run (bench/run.py); prints, never fails on a goal.
 # On a GPU node: make bench BENCH_DEVICE=gpu (adds the device matrix).
@@ -131,9 +138,10 @@ bench: train-env torch-env analysis-env
 PYTEST_PARALLEL ?= -n auto --maxprocesses 2 --dist loadgroup
 # The tests marked `alone` compare timings across runs: they run last, with
 # no other test beside them (pyproject.toml's markers).
-test: train-env torch-env analysis-env slurm-packages docs-browser image
+test: train-env torch-env lightning1-env analysis-env slurm-packages docs-browser image
 	$(TRAIN_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/harness tests/examples
 	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/torch tests/examples
+	$(LIGHTNING1_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/lightning1
 	$(VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "not alone" tests/workflow
 	$(VENV)/bin/python -m pytest -m alone tests/workflow
 

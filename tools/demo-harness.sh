@@ -6,6 +6,7 @@
 set -euo pipefail
 train_venv=${TRAIN_VENV:-.venv-train}
 torch_venv=${TORCH_VENV:-.venv-torch}
+lightning1_venv=${LIGHTNING1_VENV:-.venv-lightning1}
 demo_dir=${DEMO_DIR:-results/demo-harness}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 
@@ -28,6 +29,7 @@ while read -r framework replicas environment; do
   case "$environment" in
     train_env) venv=$train_venv ;;
     torch_env) venv=$torch_venv ;;
+    lightning1_env) venv=$lightning1_venv ;;
     *) echo "demo: no environment for $environment (tools/demo-harness.sh)" >&2; exit 2 ;;
   esac
   "$venv/bin/trainscale" run --framework "$framework" --gpus-per-node "$replicas" \

@@ -262,7 +262,7 @@ def _require(framework: str) -> None:
         spec = framework_spec(framework)
         raise SettingsError(
             f"--framework {framework} needs {missing}, which {sys.executable} "
-            f"cannot import: run it from its environment ({spec.environment} in a study "
+            f"lacks: run it from its environment ({spec.environment} in a study "
             f"config, built by make {spec.environment.replace('_', '-')})"
         )
 

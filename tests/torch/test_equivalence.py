@@ -37,7 +37,7 @@ def reference(run_store, cifar_dir):
 DISTRIBUTED = [
     s.name
     for s in REGISTRY
-    if s.ecosystem == "torch" and not s.one_device and s.name not in MODEL_PARALLEL
+    if s.environment == "torch_env" and not s.one_device and s.name not in MODEL_PARALLEL
 ]
 # Each framework at its defaults (its shared run, whose record
 # test_frameworks.py checks), and ZeRO's other stages (0 is the default):

@@ -13,7 +13,9 @@ from runs import (
 from trainscale.catalogue.launch_kinds import RAY
 from trainscale.catalogue.registry import REGISTRY, framework_spec
 
-TORCH_FRAMEWORKS = [spec.name for spec in REGISTRY if spec.ecosystem == "torch"]
+# This environment's (.venv-torch's): lightning-horovod runs from its own
+# (tests/lightning1).
+TORCH_FRAMEWORKS = [spec.name for spec in REGISTRY if spec.environment == "torch_env"]
 # Each framework's shared run (runs.framework_run), whose weights
 # test_equivalence.py holds to torch-single's; ray-train's is checked in
 # test_ray_train.py, with what is Ray's. A framework that splits a GPT runs
@@ -42,14 +44,22 @@ def test_a_torch_framework_refuses_what_it_cannot_run(tmp_path, cifar_dir):
 
 
 @pytest.mark.parametrize(
-    ("framework", "needs"),
-    [("tf-single", "tensorflow"), ("horovod", "horovod.tensorflow (Horovod built without it)")],
-)
-def test_the_torch_environment_refuses_the_tensorflow_frameworks(framework, needs):
+    ("framework", "needs", "target"),
+    [
+        ("tf-single", "tensorflow", "train-env"),
+        ("horovod", "horovod.tensorflow (Horovod built without it)", "train-env"),
+        # Lightning 1.9 is another environment's: its version, and that environment.
+        ("lightning-horovod", "pytorch_lightning<2 (it has pytorch_lightning 2.6.6)",
+         "lightning1-env"),
+    ],
+)  # fmt: skip
+def test_the_torch_environment_refuses_the_frameworks_of_other_environments(
+    framework, needs, target
+):
     result = trainscale("run", "--framework", framework, "--dataset", "synthetic")
     assert result.returncode == 2
     assert f"--framework {framework} needs {needs}" in result.stderr
-    assert "make train-env" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert f"make {target}" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 def test_the_tensorflow_environment_refuses_horovod_torch(tensorflow_python):

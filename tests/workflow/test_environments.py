@@ -60,7 +60,8 @@ def test_the_install_scripts_read_each_environment_files_pins_as_conda_does():
     # conda file (no YAML library there): the same list a YAML parser finds.
     import yaml
 
-    for environment in ("train.yaml", "torch.yaml", "train-gpu.yaml", "torch-gpu.yaml"):
+    for environment in ("train.yaml", "torch.yaml", "train-gpu.yaml", "torch-gpu.yaml",
+                        "lightning1.yaml"):  # fmt: skip
         path = os.path.join(REPO, "envs", environment)
         with open(path) as handle:
             dependencies = yaml.safe_load(handle)["dependencies"]

@@ -94,7 +94,7 @@ class FrameworkSpec:
         if spec is None or spec.origin is None:
             return self.requires
         if bound and not _major_within(top, bound):
-            return f"{self.requires} (this Python has {top} {_version(top)})"
+            return f"{self.requires} (it has {top} {_version(top)})"
         if framework:
             folders = spec.submodule_search_locations or []
             if not any(glob.glob(os.path.join(f, framework, "mpi_lib*")) for f in folders):

@@ -1,0 +1,1 @@
+lightning1.post-deploy.sh
