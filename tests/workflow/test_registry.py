@@ -8,6 +8,7 @@ import re
 
 import pandas as pd
 import pytest
+import yaml
 from conftest import REPO
 from test_analysis import row
 
@@ -102,13 +103,21 @@ def test_a_pipeline_is_refused_what_torch_would_raise_in_every_rank():
         validate(dataclasses.replace(pipeline(), gpus_per_node=8))
 
 
+# The study config's keys that name a training environment (the schema's).
+with open(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml")) as handle:
+    ENVIRONMENT_KEYS = [key for key in yaml.safe_load(handle)["properties"] if key.endswith("_env")]
+
+
 @pytest.mark.parametrize("spec", REGISTRY, ids=FRAMEWORKS)
 def test_each_entry_names_what_exists(spec):
     # Its example, the files beside it, and its environment's config key.
     examples = os.path.join(REPO, "examples")
     for name in filter(None, (spec.example, spec.text_example, *spec.example_files)):
         assert os.path.isfile(os.path.join(examples, name)), name
-    assert spec.environment in ("train_env", "torch_env")
+    # Its environment: a key of the study config, with a conda file of its own.
+    assert spec.environment.endswith("_env") and spec.environment in ENVIRONMENT_KEYS
+    conda = os.path.join(REPO, "envs", f"{spec.environment.removesuffix('_env')}.yaml")
+    assert os.path.isfile(conda), conda
     assert spec.compared_with in ("", *FRAMEWORKS)
     # What one step moves is said for every configuration the defaults make.
     moved = spec.traffic(RunSettings(framework=spec.name).to_dict())
