@@ -175,19 +175,26 @@ class LightningHorovod(LightningTrainer, Horovod):
     srun, as for horovod-torch. Lightning's HorovodStrategy broadcasts rank
     0's weights and wraps the optimizer in hvd.DistributedOptimizer (an
     average of the ranks' batch means: the global batch's mean), so the
-    backend hands it the plain optimizer. It also multiplies the optimizer's
-    learning rate by the number of ranks (Horovod's rule for a batch that
-    grows with them); --learning-rate is the global batch's already, so the
-    optimizer handed over holds it divided by the ranks."""
+    backend hands it the plain optimizer. Its setup also multiplies the
+    optimizer's learning rate by the number of ranks (Horovod's rule for a
+    batch that grows with them); --learning-rate is the global batch's
+    already, and accuracy mode sets each epoch's rate itself, so the
+    strategy's setup divides it back once, where Lightning multiplied it."""
 
     def strategy(self):
-        return "horovod"
+        from pytorch_lightning.strategies import HorovodStrategy
+
+        class StudysLearningRate(HorovodStrategy):
+            def setup(self, trainer):
+                super().setup(trainer)
+                for optimizer in self.optimizers:
+                    for group in optimizer.param_groups:
+                        group["lr"] /= self.world_size
+
+        return StudysLearningRate()
 
     def placement(self) -> dict:
         return {}  # one device a rank; Horovod's world is hvd.size()
 
     def build(self, module):
-        optimizer = self.make_optimizer(module.parameters())
-        for group in optimizer.param_groups:
-            group["lr"] /= self.hvd.size()  # Lightning's HorovodStrategy multiplies it back
-        return module, optimizer
+        return module, self.make_optimizer(module.parameters())
