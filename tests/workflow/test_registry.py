@@ -8,7 +8,6 @@ import re
 
 import pandas as pd
 import pytest
-import yaml
 from conftest import REPO
 from test_analysis import row
 
@@ -18,6 +17,7 @@ from trainscale.analysis.tidy import series_order
 from trainscale.catalogue import settings
 from trainscale.catalogue.registry import FRAMEWORKS, REGISTRY, framework_spec, label, table_order
 from trainscale.catalogue.settings import RunSettings, SettingsError, validate
+from trainscale.study.schema import config_schema
 
 # The source a knob may be named in (tests, docs and study configs aside).
 SOURCE = ["src", "workflow", "Snakefile", "bench", "tools", "Makefile"]
@@ -104,8 +104,8 @@ def test_a_pipeline_is_refused_what_torch_would_raise_in_every_rank():
 
 
 # The study config's keys that name a training environment (the schema's).
-with open(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml")) as handle:
-    ENVIRONMENT_KEYS = [key for key in yaml.safe_load(handle)["properties"] if key.endswith("_env")]
+SCHEMA = config_schema(os.path.join(REPO, "workflow", "schemas", "config.schema.yaml"))
+ENVIRONMENT_KEYS = [key for key in SCHEMA["properties"] if key.endswith("_env")]
 
 
 @pytest.mark.parametrize("spec", REGISTRY, ids=FRAMEWORKS)

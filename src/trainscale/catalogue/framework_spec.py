@@ -122,8 +122,8 @@ def _version(distribution: str) -> str:
 
 def _major_within(distribution: str, bound: str) -> bool:
     """Whether the installed distribution's major version meets "<N" or ">=N"."""
-    version = _version(distribution)
-    if not version.split(".")[0].isdigit():
+    major = _version(distribution).split(".")[0]
+    if not major.isdigit():
         return False
-    major, limit = int(version.split(".")[0]), int(bound.lstrip("<>="))
-    return major < limit if bound.startswith("<") else major >= limit
+    limit = int(bound.lstrip("<>="))
+    return int(major) < limit if bound.startswith("<") else int(major) >= limit
