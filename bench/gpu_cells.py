@@ -22,7 +22,7 @@ from trainscale.catalogue.settings import RunSettings
 from trainscale.core.gpu_monitor import GpuMonitor, nvml_monitor
 from trainscale.core.ports import free_ports
 from trainscale.frameworks import backend_class
-from trainscale.frameworks.torch.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_models import batch_norms, build_torch_model
 from trainscale.harness.flops import utilisation
 from trainscale.harness.training import device_name
 
@@ -270,13 +270,16 @@ def wrapped_model(framework: str, settings: RunSettings, device, harness_config:
         return model, adam(model.parameters())
     if framework == "torch-fsdp":
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
         policy = MixedPrecisionPolicy(param_dtype=_AUTOCAST.get(settings.precision),
                                       reduce_dtype=torch.float32)  # fmt: skip
         mesh = init_device_mesh(device.type, (1,))
+        if policy.param_dtype is not None:  # batch norms apart, in float32 (torch_fsdp)
+            for norm in batch_norms(module):
+                fully_shard(norm, mesh=mesh, mp_policy=MixedPrecisionPolicy())
         for layer in module.children():
-            if any(True for _ in layer.parameters()):
+            if not isinstance(layer, FSDPModule) and any(True for _ in layer.parameters()):
                 fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(module, mesh=mesh, mp_policy=policy)
         return module, adam(module.parameters())
@@ -294,6 +297,8 @@ def wrapped_model(framework: str, settings: RunSettings, device, harness_config:
     }
     if settings.precision in _AUTOCAST:
         config[settings.precision] = {"enabled": True}
+        if batch_norms(module):  # their buffers in bf16 too (torch_deepspeed)
+            config["data_types"] = {"buffer_dtype": settings.precision}
     engine, optimizer, _, _ = deepspeed.initialize(
         model=module, optimizer=adam(module.parameters()), config=config
     )

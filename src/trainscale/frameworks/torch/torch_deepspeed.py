@@ -22,6 +22,7 @@ import time
 import torch
 
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed
+from trainscale.frameworks.torch.torch_models import batch_norms
 
 _INPUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -78,6 +79,11 @@ class DeepSpeed(TorchDistributed):
             self.config[s.precision] = {"enabled": True}
             # The engine holds the model in that precision: so are its inputs.
             self.input_dtype = _INPUT_DTYPES[s.precision]
+            if batch_norms(module):
+                # DeepSpeed 0.19 casts parameters only; a batch norm's bf16
+                # weight then fails beside its float32 running statistics. Its
+                # buffers follow, as DeepSpeed's module.bfloat16() cast them before.
+                self.config["data_types"] = {"buffer_dtype": s.precision}
         engine, optimizer, _, _ = deepspeed.initialize(
             model=module, optimizer=self.make_optimizer(module.parameters()), config=self.config
         )

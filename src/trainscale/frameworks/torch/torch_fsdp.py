@@ -8,6 +8,9 @@ optimizer state. A block is each top-level layer that holds parameters
 a ResNet bottleneck), and each transformer block of a GPT. Mixed precision
 is FSDP2's MixedPrecisionPolicy (parameters gathered in bf16/fp16 for the
 compute, gradients reduced in fp32), not autocast; fp16 keeps the step's GradScaler.
+A batch norm is sharded on its own in float32 with no cast (FSDP2 casts a
+whole group's parameters, and a bf16 weight beside float32 running statistics
+fails), so it normalises the bf16 activations as under autocast.
 --fsdp-reshard-after-forward frees each block's gathered parameters after
 its forward and gathers them again in backward (ZeRO-3's traffic); off
 keeps them until backward (more memory, one all-gather less).
@@ -25,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed
+from trainscale.frameworks.torch.torch_models import batch_norms
 
 _PARAMETER_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -54,7 +58,7 @@ class FullyShardedDataParallel(TorchDistributed):
 
     def build(self, module):
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
         # The mesh of this device type: fully_shard's default follows the
         # build's accelerator, a CUDA mesh even for a CPU run.
@@ -67,8 +71,13 @@ class FullyShardedDataParallel(TorchDistributed):
             mp_policy=policy,
             reshard_after_forward=self.settings.fsdp_reshard_after_forward,
         )
+        if policy.param_dtype is not None:
+            # Sharded first (FSDP2 shards inner modules before outer ones).
+            float32 = MixedPrecisionPolicy(reduce_dtype=torch.float32)
+            for norm in batch_norms(module):
+                fully_shard(norm, **{**options, "mp_policy": float32})
         for block in shard_units(module):
-            if any(True for _ in block.parameters()):
+            if not isinstance(block, FSDPModule) and any(True for _ in block.parameters()):
                 fully_shard(block, **options)
         fully_shard(module, **options)
         return module, self.make_optimizer(module.parameters())

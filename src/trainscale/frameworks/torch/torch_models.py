@@ -222,6 +222,14 @@ _BUILDERS = {
 assert set(_BUILDERS) | set(TEXT_MODELS) == set(TORCH_MODELS), "settings.TORCH_MODELS disagrees"
 
 
+def batch_norms(module: nn.Module) -> list[nn.Module]:
+    """The model's batch norms. Under bf16/fp16 a batch norm's weight must
+    have its running statistics' dtype ("Expected running_mean to have type
+    BFloat16 but got Float"), so frameworks that cast parameters themselves
+    (FSDP2, DeepSpeed) treat these apart; autocast leaves them float32."""
+    return [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
 def _keras_initialisation(module: nn.Module) -> None:
     if isinstance(module, (nn.Conv2d, nn.Linear)):
         nn.init.xavier_uniform_(module.weight)
