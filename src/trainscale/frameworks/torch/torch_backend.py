@@ -175,8 +175,14 @@ class TorchBackend(Backend):
             labels = torch.from_numpy(labels).long()
             if self.device.type == "cuda":  # page-locked: the copy can be asynchronous
                 images, labels = images.pin_memory(), labels.pin_memory()
+            # Both copies asynchronous: a blocking one (the labels' was) waits
+            # for the last step's kernels, and the host stops queueing ahead
+            # (the GPU check: 0.84-0.93 of a plain loop on ResNet-50, batch 64).
             while True:
-                yield images.to(self.device, non_blocking=True), labels.to(self.device)
+                yield (
+                    images.to(self.device, non_blocking=True),
+                    labels.to(self.device, non_blocking=True),
+                )
         for image_batch, label_batch in numpy_batches(
             *train,
             shard_index=shard,
@@ -187,8 +193,11 @@ class TorchBackend(Backend):
         ):
             # uint8 at its native size crosses to the device; normalising and resizing
             # happen there, as in TensorFlow's step.
-            on_device = torch.from_numpy(image_batch).to(self.device, non_blocking=True)
-            yield self.prepare_images(on_device), torch.from_numpy(label_batch).to(self.device)
+            images, labels = torch.from_numpy(image_batch), torch.from_numpy(label_batch)
+            if self.device.type == "cuda":  # from pageable memory a copy blocks
+                images, labels = images.pin_memory(), labels.pin_memory()
+            on_device = images.to(self.device, non_blocking=True)
+            yield self.prepare_images(on_device), labels.to(self.device, non_blocking=True)
 
     def _test_batches(self, images: np.ndarray, labels: np.ndarray) -> list:
         """This process's test shard in equal batches (uint8 images, labels,
