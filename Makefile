@@ -28,7 +28,6 @@ COMPAT_PYTHON ?= $(lastword $(wildcard $(shell pyenv root 2>/dev/null || echo /r
 COMPAT_TENSORFLOW ?= 2.11.0
 
 .PHONY: help setup system containers image slurm-packages train-env torch-env lightning1-env analysis-env demo demo-accuracy demo-harness test test-fast \
-	test-framework-lane test-workflow-lane \
 	docs docs-browser test-slurm test-compat slurm-lab-up slurm-lab-down lint format clean bench
 
 help:
@@ -124,18 +123,12 @@ BENCH_DEVICE ?= cpu
 bench: train-env torch-env analysis-env
 	$(VENV)/bin/python bench/run.py --device $(BENCH_DEVICE)
 
-# Four environments, five pytest runs: the harness under TensorFlow, then
+# Three environments, three pytest runs: the harness under TensorFlow, then
 # under torch (its models are held to Keras's, so it is told where TensorFlow
-# is), then under Lightning 1.9; beside those three, the workflow (real
-# Snakemake, which itself trains through both) under .venv. tests/examples
-# runs in both training suites, each time the examples of that environment's
-# ecosystem. The SLURM tests start the lab cluster themselves (and stop it
-# after).
-#
-# The two lanes run side by side: one suite after another left the CPUs a
-# quarter idle (runs wait on launches, rendezvous and SLURM's scheduling),
-# so the workflow's lane fills that time. Each suite's output is printed
-# whole when it ends (make's --output-sync).
+# is), and the workflow (real Snakemake, which itself trains through both)
+# under .venv. tests/examples runs in both training suites, each time the
+# examples of that environment's ecosystem. The SLURM tests start the lab
+# cluster themselves (and stop it after).
 #
 # Each suite runs on two pytest-xdist workers (one on a 1-core machine). A
 # real run several tests read is made once for the whole pytest run, by
@@ -146,17 +139,11 @@ PYTEST_PARALLEL ?= -n auto --maxprocesses 2 --dist loadgroup
 # The tests marked `alone` compare timings across runs: they run last, with
 # no other test beside them (pyproject.toml's markers).
 test: train-env torch-env lightning1-env analysis-env slurm-packages docs-browser image
-	$(MAKE) --no-print-directory -j2 --output-sync=line test-framework-lane test-workflow-lane
-	$(VENV)/bin/python -m pytest -m alone tests/workflow
-
-# make test's two lanes (the environments installed first, as make test does).
-test-framework-lane:
 	$(TRAIN_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/harness tests/examples
 	TRAINSCALE_TF_PYTHON=$(TRAIN_VENV)/bin/python $(TORCH_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/torch tests/examples
 	$(LIGHTNING1_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) tests/lightning1
-
-test-workflow-lane:
 	$(VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "not alone" tests/workflow
+	$(VENV)/bin/python -m pytest -m alone tests/workflow
 
 test-slurm: train-env torch-env analysis-env slurm-packages
 	$(VENV)/bin/python -m pytest -m slurm tests/workflow
