@@ -4,6 +4,7 @@ files are tests/workflow/test_datasets.py."""
 
 import numpy as np
 import pytest
+from runs import assert_classifies_the_sky_survey
 
 from trainscale.core.datasets import DATASETS
 from trainscale.frameworks.tensorflow.tf_data import image_dataset, prepare_images
@@ -80,3 +81,9 @@ def test_grayscale_batches_keep_one_channel_and_meet_a_one_channel_stem():
     )
     mnist = DATASETS["mnist"]
     assert float(white[0, 0, 0, 0]) == pytest.approx((1 - mnist.mean[0]) / mnist.std[0])
+
+
+@pytest.mark.slow
+def test_horovod_trains_the_mlp_on_the_sky_survey_table(tmp_path):
+    """Seed 004's third data set, SDSS DR17's table, in seed 004's Horovod."""
+    assert_classifies_the_sky_survey(tmp_path, "horovod")

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 from runs import (
+    assert_classifies_the_sky_survey,
     check_a_torch_run,
     framework_run,
     trainscale,
@@ -33,6 +34,12 @@ def test_each_torch_framework_runs_and_records_every_process(run_store, cifar_di
     replicas = 1 if framework_spec(framework).one_device else 2
     run = framework_run(run_store, cifar_dir, framework, replicas)
     check_a_torch_run(run.record, run.stdout, replicas)
+
+
+@pytest.mark.slow
+def test_torch_ddp_trains_the_mlp_on_the_sky_survey_table(tmp_path):
+    """Seed 004's third data set, SDSS DR17's table, in seed 004's PyTorch DDP."""
+    assert_classifies_the_sky_survey(tmp_path, "torch-ddp")
 
 
 def test_a_torch_framework_refuses_what_it_cannot_run(tmp_path, cifar_dir):

@@ -18,13 +18,18 @@ from trainscale.core.datasets import (
     DATASETS,
     DataError,
     load_dataset,
-    read_idx,
     write_dataset,
     write_digits,
 )
+from trainscale.core.idx import read_idx
 
-# The image data sets with files (the text ones: test_text_data.py).
-WITH_FILES = [name for name, d in DATASETS.items() if d.release is not None and not d.is_text]
+# The image data sets with files (the text ones: test_text_data.py; the
+# tables: test_sdss.py).
+WITH_FILES = [
+    name
+    for name, d in DATASETS.items()
+    if d.release is not None and not d.is_text and not d.is_table
+]
 CIFAR = [name for name in WITH_FILES if DATASETS[name].channels == 3]
 IDX = [name for name in WITH_FILES if DATASETS[name].channels == 1]
 

@@ -140,3 +140,12 @@ def test_the_ready_study_reproduces_the_seeds_grid_with_trainscale_frameworks():
     assert {p.framework for p in points} == {"ray-train", "horovod-torch", "torch-ddp"}
     assert config["reference"] == "seed004" and config["benchmark"]["mode"] == "accuracy"
     assert config["benchmark"]["image_size"] == cached["benchmark"]["image_size"] == 28
+
+
+def test_the_sky_survey_study_compares_ray_and_horovod_on_the_table():
+    """Seed 004's third data set as a study of its own (no published numbers)."""
+    config = load_yaml(os.path.join(REPO, "studies", "seed004-sdss.yaml"))
+    points = check_config(config, root=REPO)
+    assert {(p.model, dict(p.knobs)["dataset"]) for p in points} == {("mlp", "sdss17")}
+    assert {p.framework for p in points} == {"ray-train", "horovod-torch", "torch-ddp"}
+    assert {p.gpus_per_node for p in points} == {1, 2} and config["reference"] is None

@@ -13,7 +13,7 @@ from trainscale.core.gpt import TEXT_MODELS
 
 # Smallest input side each image model accepts (Keras' own limits for the
 # applications; small_cnn and lenet5 need two 5x5 convolutions and two 2x2
-# poolings).
+# poolings; the mlp flattens any input, a tabular row's 1x1 too).
 MODEL_MIN_IMAGE_SIZE = {
     "vgg16": 32,
     "vgg19": 32,
@@ -22,6 +22,7 @@ MODEL_MIN_IMAGE_SIZE = {
     "inception_v3": 75,
     "small_cnn": 16,
     "lenet5": 16,
+    "mlp": 1,
 }
 IMAGE_MODELS = tuple(MODEL_MIN_IMAGE_SIZE)
 # The text models (trainscale.core.gpt: a GPT-style decoder's size ladder).
@@ -32,7 +33,7 @@ TORCH_MIN_IMAGE_SIZE = {**MODEL_MIN_IMAGE_SIZE, "resnet50": 28, "mobilenet_v2": 
 # The models defined for torch too, as the same networks; the torch
 # frameworks refuse the others.
 TORCH_MODELS = (
-    "vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn", "lenet5", *TEXT_MODELS,
+    "vgg16", "vgg19", "resnet50", "mobilenet_v2", "small_cnn", "lenet5", "mlp", *TEXT_MODELS,
 )  # fmt: skip
 # Trainable parameters (Keras's count, the models, 100 classes), for
 # records written before the harness recorded `trainable_parameters`
@@ -49,6 +50,7 @@ KNOWN_TRAINABLE_PARAMETERS = {
     ("small_cnn", 32): 35_930,
     ("lenet5", 224): 5_414_936,
     ("lenet5", 32): 69_656,
+    ("mlp", 32): 207_332,
 }
 
 # The data sets a text model reads: text, or synthetic tokens.
@@ -85,6 +87,12 @@ def check_model_input(s, ecosystem: str, splits_model: bool = False) -> str:
             f"--model {s.model} reads images: --dataset {s.dataset} holds text (a gpt-* reads it)"
         )
     minimum = (TORCH_MIN_IMAGE_SIZE if ecosystem == "torch" else MODEL_MIN_IMAGE_SIZE)[s.model]
+    if DATASETS[s.dataset].is_table:  # each row's features as a 1x1 input
+        if minimum > 1:
+            tabular = [name for name, side in MODEL_MIN_IMAGE_SIZE.items() if side == 1]
+            return f"--dataset {s.dataset} is a table of features: run {', '.join(tabular)}"
+        if s.image_size != 1:
+            return f"--image-size {s.image_size}: a row of {s.dataset} is 1x1; give 1 or 0"
     if s.image_size < minimum:
         return f"--image-size {s.image_size} is below {s.model}'s minimum of {minimum}" + (
             " (Keras's)" if minimum > TORCH_MIN_IMAGE_SIZE[s.model] else ""

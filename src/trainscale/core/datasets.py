@@ -17,6 +17,9 @@ standard augmentation, and the release format its files come in:
   by write_digits, so that the real IDX reader is what reads it.
 - wikitext-103, wikitext-2, python-docs: text, for the text models
   (trainscale.core.text_data: WikiText's raw format, byte-level tokens).
+- sdss17: SDSS DR17's stellar classification table (star, galaxy, quasar),
+  one CSV (trainscale.core.sdss): each row's 8 standardised features as a
+  1x1 image of 8 channels.
 - synthetic: no files; random batches (trainscale.harness.data.synthetic_batch),
   or random tokens for a text model.
 
@@ -32,18 +35,17 @@ small CNN on MNIST as published (21,840 parameters); the record says it
 
 from __future__ import annotations
 
-import gzip
 import io
-import math
 import os
 import pickle
-import struct
 import tarfile
 from dataclasses import dataclass
 
 import numpy as np
 
-from trainscale.core.data_error import DataError
+from trainscale.core.data_error import DataError, check_labels
+from trainscale.core.idx import IdxRelease
+from trainscale.core.sdss import FEATURES, SdssRelease
 from trainscale.core.text_data import BYTE_VOCABULARY, PYTHON_DOCS, WikiTextRelease
 
 SPLITS = ("train", "test")
@@ -158,7 +160,7 @@ class CifarRelease:
             )
         if labels.shape != (data.shape[0],):
             raise DataError(f"{where}: {labels.shape[0]} labels for {data.shape[0]} images")
-        _check_labels(labels, num_classes, where)
+        check_labels(labels, num_classes, where)
         images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
         return np.ascontiguousarray(images), labels.astype(np.int32)
 
@@ -205,98 +207,6 @@ def _cifar_pickle(images: np.ndarray, labels: np.ndarray, label_key: str) -> byt
     return pickle.dumps(entry, protocol=2)
 
 
-def _check_labels(labels: np.ndarray, num_classes: int, where: str) -> None:
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise DataError(
-            f"{where}: labels must lie in 0..{num_classes - 1}, found "
-            f"{int(labels.min())}..{int(labels.max())}"
-        )
-
-
-# --------------------------------------------------------------------------
-# The MNIST release: IDX files
-# --------------------------------------------------------------------------
-
-# An IDX file starts with two zero bytes, a type code (0x08: unsigned bytes)
-# and the number of dimensions; then each dimension as a big-endian uint32.
-IDX_IMAGES, IDX_LABELS = 0x00000803, 0x00000801
-
-
-def read_idx(path: str, magic: int) -> np.ndarray:
-    """The array in IDX file `path` (gzipped or not), which must carry `magic`."""
-    with open(path, "rb") as handle:
-        raw = handle.read()
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as err:
-            raise DataError(f"{path}: truncated or unreadable gzip ({err})") from None
-    if len(raw) < 4 or struct.unpack(">I", raw[:4])[0] != magic:
-        found = raw[:4].hex() if len(raw) >= 4 else f"{len(raw)} bytes"
-        raise DataError(f"{path}: magic number {found}, expected {magic:08x}: not this IDX file")
-    header = 4 + 4 * (magic & 0xFF)
-    if len(raw) < header:
-        raise DataError(f"{path}: truncated in its header")
-    shape = struct.unpack(f">{magic & 0xFF}I", raw[4:header])
-    if len(raw) - header != math.prod(shape):
-        raise DataError(
-            f"{path}: holds {len(raw) - header} bytes of data where its header says "
-            f"{' x '.join(map(str, shape))} = {math.prod(shape)}: truncated or padded"
-        )
-    return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
-
-
-def write_idx(path: str, array: np.ndarray) -> None:
-    """Write a uint8 array as an IDX file (gzipped when `path` ends in .gz)."""
-    array = np.ascontiguousarray(array, dtype=np.uint8)
-    blob = struct.pack(f">I{array.ndim}I", 0x0800 | array.ndim, *array.shape) + array.tobytes()
-    with open(path, "wb") as handle:
-        handle.write(gzip.compress(blob, mtime=0) if path.endswith(".gz") else blob)
-
-
-@dataclass(frozen=True)
-class IdxRelease:
-    prefix = {"train": "train", "test": "t10k"}
-
-    def files(self, split: str) -> tuple[str, str]:
-        return f"{self.prefix[split]}-images-idx3-ubyte", f"{self.prefix[split]}-labels-idx1-ubyte"
-
-    def find(self, data_dir: str, dataset: str) -> str:
-        """The folder holding the IDX files: `data_dir` or `data_dir`/<dataset>."""
-        images = self.files("train")[0]
-        for folder in (data_dir, os.path.join(data_dir, dataset)):
-            if any(os.path.isfile(os.path.join(folder, images + gz)) for gz in ("", ".gz")):
-                return folder
-        raise DataError(
-            f"--data-dir {data_dir!r} holds no {dataset} ({images}[.gz] and the other IDX "
-            f"files, there or in {dataset}/); put them there or use --dataset synthetic"
-        )
-
-    def _path(self, folder: str, name: str) -> str:
-        for candidate in (name, name + ".gz"):
-            if os.path.isfile(os.path.join(folder, candidate)):
-                return os.path.join(folder, candidate)
-        raise DataError(f"{folder}: no {name} (or {name}.gz)")
-
-    def read(self, folder: str, split: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-        image_file, label_file = (self._path(folder, name) for name in self.files(split))
-        images = read_idx(image_file, IDX_IMAGES)
-        labels = read_idx(label_file, IDX_LABELS).astype(np.int32)
-        if len(labels) != len(images):
-            raise DataError(f"{label_file}: {len(labels)} labels for {len(images)} images")
-        _check_labels(labels, num_classes, label_file)
-        return images[..., None], labels  # NHWC, one channel
-
-    def write(self, data_dir: str, splits: dict, num_classes: int, gz: bool) -> str:
-        os.makedirs(data_dir, exist_ok=True)
-        suffix = ".gz" if gz else ""
-        for split, (images, labels) in splits.items():
-            image_file, label_file = self.files(split)
-            write_idx(os.path.join(data_dir, image_file + suffix), np.asarray(images)[..., 0])
-            write_idx(os.path.join(data_dir, label_file + suffix), np.asarray(labels))
-        return data_dir
-
-
 # --------------------------------------------------------------------------
 # The data sets
 # --------------------------------------------------------------------------
@@ -311,16 +221,19 @@ class Dataset:
     mean: tuple  # per channel, of the training images scaled to 0..1
     std: tuple
     augmentation: str  # "crop-and-flip": pad 4, random crop, flip; or "none"
-    release: CifarRelease | IdxRelease | WikiTextRelease | None  # None: synthetic, no files
+    release: CifarRelease | IdxRelease | WikiTextRelease | SdssRelease | None  # None: synthetic
     # What the text models read (trainscale.core.text_data); images otherwise.
     is_text: bool = False
+    # A table: each row's features as a 1x1 input of `channels` (trainscale.core.sdss).
+    is_table: bool = False
 
     def find(self, data_dir: str) -> str:
         return self.release.find(data_dir, self.name)
 
     def class_names(self, data_dir: str) -> list[str]:
-        """Each label's name: CIFAR's meta file's; elsewhere the label (IDX names none)."""
-        if isinstance(self.release, CifarRelease):
+        """Each label's name: CIFAR's meta file's, SDSS's classes; elsewhere
+        the label (IDX names none)."""
+        if isinstance(self.release, (CifarRelease, SdssRelease)):
             return self.release.class_names(self.find(data_dir), self.num_classes)
         return [str(label) for label in range(self.num_classes)]
 
@@ -357,6 +270,9 @@ DATASETS = {
         Dataset("wikitext-2", BYTE_VOCABULARY, **_TEXT,
                 release=WikiTextRelease("wikitext-2-raw", "wikitext-2-raw-v1.zip")),
         Dataset("python-docs", BYTE_VOCABULARY, **_TEXT, release=PYTHON_DOCS),
+        # Tabular: float features, standardised by the reader (no statistics here).
+        Dataset("sdss17", 3, channels=len(FEATURES), native_size=1, mean=(0.0,), std=(1.0,),
+                augmentation="none", release=SdssRelease(), is_table=True),
         # Random float images, already normalised: no statistics to apply.
         Dataset("synthetic", 100, channels=3, native_size=224, mean=(0.0,), std=(1.0,),
                 augmentation="none", release=None),

@@ -20,6 +20,7 @@ every image size (tests/torch/test_models.py holds them to the Keras counts):
   on an even input (torch pads evenly, so _PadSame does it).
 - small_cnn: seed 003's network (trainscale.frameworks.tensorflow.keras_models._small_cnn).
 - lenet5: LeNet-5 with ReLU and max pooling (keras_models._lenet5).
+- mlp: two hidden layers of 64 (keras_models._mlp), the SDSS table's model.
 
 Weights start as Keras starts them (Glorot-uniform kernels, zero biases), so
 the training dynamics match too. Flatten orders differ (Keras flattens height,
@@ -210,6 +211,17 @@ def _lenet5(image_size: int, num_classes: int, channels: int) -> nn.Sequential:
     )
 
 
+def _mlp(image_size: int, num_classes: int, channels: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(channels * image_size * image_size, 64),
+        nn.ReLU(),
+        nn.Linear(64, 64),
+        nn.ReLU(),
+        nn.Linear(64, num_classes),
+    )
+
+
 # The image models; the text ones are trainscale.frameworks.torch.torch_gpt's.
 _BUILDERS = {
     "vgg16": lambda *shape: _vgg(VGG_BLOCKS["vgg16"], *shape),
@@ -218,6 +230,7 @@ _BUILDERS = {
     "mobilenet_v2": _mobilenet_v2,
     "small_cnn": _small_cnn,
     "lenet5": _lenet5,
+    "mlp": _mlp,
 }
 assert set(_BUILDERS) | set(TEXT_MODELS) == set(TORCH_MODELS), "settings.TORCH_MODELS disagrees"
 
