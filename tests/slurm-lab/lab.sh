@@ -218,6 +218,22 @@ add_bridge() { # add_bridge NAME ADDRESS: a bridge with this machine's address o
   ip link add "$1" type bridge
   ip addr add "$2/24" dev "$1"
   ip link set "$1" up
+  forward_bridged accept "$1"
+}
+
+# A Docker daemon (or a firewall) on this machine loads br_netfilter, which
+# sends bridged frames through iptables' FORWARD chain, and sets its policy to
+# DROP: node-to-node traffic on the lab's bridges would be dropped (a job of
+# two nodes never trains). Each bridge's own traffic is accepted while the
+# lab is up. forward_bridged accept|remove BRIDGE
+forward_bridged() {
+  command -v iptables >/dev/null 2>&1 || return 0
+  local rule=(FORWARD -i "$2" -o "$2" -j ACCEPT)
+  if [ "$1" = accept ]; then
+    iptables -C "${rule[@]}" 2>/dev/null || iptables -I "${rule[@]}"
+  else
+    while iptables -D "${rule[@]}" 2>/dev/null; do :; done
+  fi
 }
 
 link_node() { # link_node NAMESPACE HOST_SIDE NODE_SIDE BRIDGE ADDRESS: a veth pair
@@ -356,6 +372,8 @@ down() {
   done
   ip link del "$BRIDGE" 2>/dev/null || true
   ip link del "$SHAPED_BRIDGE" 2>/dev/null || true
+  forward_bridged remove "$BRIDGE"
+  forward_bridged remove "$SHAPED_BRIDGE"
   # Job IDs start again at 1 in the next lab: leave no job_N cgroups behind.
   remove_cgroups "node*"
   sed -i "/$HOSTS_TAG/d" /etc/hosts
