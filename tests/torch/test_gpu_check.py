@@ -29,8 +29,8 @@ def run_check(out, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_every_cell_runs_on_the_cpu_and_a_second_run_skips_what_the_first_wrote(tmp_path):
-    """About a minute: 15 cells in 5 processes (DeepSpeed's twice), a whole
-    `trainscale run`, and torch.compile's first compilation on this machine."""
+    """About a minute: 16 cells in 5 processes (DeepSpeed's twice), two whole
+    `trainscale run`s, and torch.compile's first compilation on this machine."""
     names = [cell.name for cell in cells(tiny=True)]
     first = run_check(tmp_path)
     assert first.returncode == 0, first.stderr[-4000:]
@@ -73,8 +73,13 @@ def test_every_cell_runs_on_the_cpu_and_a_second_run_skips_what_the_first_wrote(
     # A CPU's float32 is float32 (a GPU's may count as TF32: bench/gpu/README.md).
     fp32 = [row for row in rows.values() if row["cell"]["precision"] == "fp32"]
     assert fp32 and all(row["peak_precision"] == "fp32" for row in fp32)
-    # The whole run through `trainscale run`: its record's fields.
-    (record,) = [row for row in rows.values() if row["cell"]["record"]]
-    assert record["images_per_sec"]["mean"] > 0 and "--framework torch-ddp" in record["command"]
-    assert record["gpu_monitor_note"] == "CPU run: no GPU to sample"
-    assert record["energy_per_image_joules"] is None
+    # The whole run through `trainscale run`, in blocks of 2 steps and of 50:
+    # its record's fields.
+    short, long = [row for row in rows.values() if row["cell"]["record"]]
+    assert "--steps-per-block 2 " in short["command"]
+    assert "--steps-per-block 50 " in long["command"]
+    for record in (short, long):
+        assert record["images_per_sec"]["mean"] > 0
+        assert "--framework torch-ddp" in record["command"]
+        assert record["gpu_monitor_note"] == "CPU run: no GPU to sample"
+        assert record["energy_per_image_joules"] is None
