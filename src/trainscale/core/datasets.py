@@ -45,7 +45,7 @@ import numpy as np
 
 from trainscale.core.data_error import DataError, check_labels
 from trainscale.core.idx import IdxRelease
-from trainscale.core.sdss import FEATURES, SdssRelease
+from trainscale.core.sdss import CLASSES, FEATURES, SdssRelease
 from trainscale.core.text_data import BYTE_VOCABULARY, PYTHON_DOCS, WikiTextRelease
 
 SPLITS = ("train", "test")
@@ -271,8 +271,8 @@ DATASETS = {
                 release=WikiTextRelease("wikitext-2-raw", "wikitext-2-raw-v1.zip")),
         Dataset("python-docs", BYTE_VOCABULARY, **_TEXT, release=PYTHON_DOCS),
         # Tabular: float features, standardised by the reader (no statistics here).
-        Dataset("sdss17", 3, channels=len(FEATURES), native_size=1, mean=(0.0,), std=(1.0,),
-                augmentation="none", release=SdssRelease(), is_table=True),
+        Dataset("sdss17", len(CLASSES), channels=len(FEATURES), native_size=1, mean=(0.0,),
+                std=(1.0,), augmentation="none", release=SdssRelease(), is_table=True),
         # Random float images, already normalised: no statistics to apply.
         Dataset("synthetic", 100, channels=3, native_size=224, mean=(0.0,), std=(1.0,),
                 augmentation="none", release=None),
