@@ -36,6 +36,7 @@ include: "workflow/rules/accuracy.smk"
 include: "workflow/rules/recovery.smk"
 include: "workflow/rules/sharding.smk"
 include: "workflow/rules/containers.smk"
+include: "workflow/rules/systems.smk"
 
 
 onstart:

@@ -28,7 +28,9 @@
 #   kind is unknown"), so no delay is added: the shaped link is slower, with
 #   the latency of the veth path;
 # - 2 fake GPUs per node (character devices; gres.conf with AutoDetect=off),
-#   so `--gres=gpu:N` works and sets CUDA_VISIBLE_DEVICES in the job.
+#   so `--gres=gpu:N` works and sets CUDA_VISIBLE_DEVICES in the job; the
+#   lab nodes' first half of GRES type fakea (partition lab-a), the second
+#   half fakeb (lab-b): two node types, on one machine's cores.
 # The nodes share this machine's file system, like a cluster's shared home.
 set -euo pipefail
 
@@ -87,6 +89,13 @@ show_logs() { # what SLURM and the daemons said, for a bring-up that failed (CI 
 }
 
 node_count() { cat "$LAB_DIR/nodes" 2>/dev/null || echo 0; }
+
+node_group() { # node_group FIRST LAST GRES_TYPE PARTITION: nodes FIRST..LAST, their fake GPUs
+  local first=$1 end=$2 type=$3 partition=$4 last=$((GPUS_PER_NODE - 1))
+  echo "NodeName=node[$first-$end] CPUs=$CPUS_PER_NODE RealMemory=$MEMORY_PER_NODE_MB Gres=gpu${type:+:$type}:$GPUS_PER_NODE State=UNKNOWN" >>"$CONF"
+  echo "NodeName=node[$first-$end] Name=gpu${type:+ Type=$type} File=/dev/fakegpu[0-$last]" >>/etc/slurm/gres.conf
+  [ -z "$partition" ] || echo "PartitionName=$partition Nodes=node[$first-$end] MaxTime=INFINITE State=UP" >>"$CONF"
+}
 
 write_configs() { # write_configs NODES FAULT_NODES
   local nodes=$(($1 + $2)) lab_nodes=$1 controller proctrack=proctrack/linuxproc task_plugin=task/none
@@ -155,19 +164,29 @@ JobCompType=jobcomp/none
 SchedulerType=sched/backfill
 KillWait=5
 InactiveLimit=0
-NodeName=node[1-$nodes] CPUs=$CPUS_PER_NODE RealMemory=$MEMORY_PER_NODE_MB Gres=gpu:$GPUS_PER_NODE State=UNKNOWN
 PartitionName=lab Nodes=node[1-$lab_nodes] Default=YES MaxTime=INFINITE State=UP
 EOF
-  if [ "$nodes" -gt "$lab_nodes" ]; then
-    # Whole nodes per job: a node lost under one job takes no other's task.
-    echo "PartitionName=faults Nodes=node[$((lab_nodes + 1))-$nodes] OverSubscribe=EXCLUSIVE MaxTime=INFINITE State=UP" >>"$CONF"
-  fi
-  local last=$((GPUS_PER_NODE - 1))
+  local last=$((GPUS_PER_NODE - 1)) half=$((lab_nodes / 2))
   cat >/etc/slurm/gres.conf <<EOF
 # Written by the trainscale slurm lab: fake GPUs (/dev/null-like devices).
 AutoDetect=off
-NodeName=node[1-$nodes] Name=gpu File=/dev/fakegpu[0-$last]
 EOF
+  # Two node types in partition lab, as a cluster has (seed 004's Titan RTX
+  # and V100 nodes): the first half's GPUs are of GRES type fakea and its
+  # nodes in partition lab-a too, the second half's fakeb and lab-b (a
+  # study's cluster.systems sends points to each). A request of no GRES type
+  # takes either. One lab node: one type-less group.
+  if [ "$half" -ge 1 ]; then
+    node_group 1 "$half" fakea lab-a
+    node_group $((half + 1)) "$lab_nodes" fakeb lab-b
+  else
+    node_group 1 "$lab_nodes" "" ""
+  fi
+  if [ "$nodes" -gt "$lab_nodes" ]; then
+    node_group $((lab_nodes + 1)) "$nodes" "" ""
+    # Whole nodes per job: a node lost under one job takes no other's task.
+    echo "PartitionName=faults Nodes=node[$((lab_nodes + 1))-$nodes] OverSubscribe=EXCLUSIVE MaxTime=INFINITE State=UP" >>"$CONF"
+  fi
   for i in $(seq 0 "$last"); do
     [ -e "/dev/fakegpu$i" ] || mknod "/dev/fakegpu$i" c 1 3
   done

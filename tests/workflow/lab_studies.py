@@ -299,6 +299,7 @@ def side_studies() -> dict[str, dict]:
     noenv["cluster"]["environment_check"] = "node"
     noenv["grid"].update(framework=["tf-mirrored"], nodes=[1], gpus_per_node=[2])
     studies = {"gloo": gloo, "cancel": cancel, "limit": limit, "noenv": noenv}
+    studies["systems"] = systems_study()
     if lab_has_cgroups():
         # VGG-16 at batch 64 does not fit in 900 MB.
         oom = study_config(study="slurm-lab-oom", train_retries=0)
@@ -308,6 +309,27 @@ def side_studies() -> dict[str, dict]:
         oom["cluster"]["mem_mb_per_gpu"] = 900
         studies["oom"] = oom
     return studies
+
+
+# The lab's two node types (lab.sh: GRES types fakea and fakeb, partitions
+# lab-a and lab-b), as a study declares a cluster's (cluster.systems).
+LAB_SYSTEMS = {
+    "lab-a": {"partition": "lab-a", "gpu_model": "fakea", "gpus_per_node": 2},
+    "lab-b": {"partition": "lab-b", "gpu_model": "fakeb", "gpus_per_node": 2},
+}
+
+
+def systems_study() -> dict:
+    """One DDP point on each of the lab's two systems: SLURM must send each
+    to its own partition's nodes (on one machine's cores, the routing is
+    proved, not a hardware difference)."""
+    config = study_config(study="slurm-lab-systems", train_retries=0)
+    config["benchmark"]["data_dir"] = "results/slurm-lab-systems/data"
+    config["grid"].update(framework=["torch-ddp"], nodes=[1], gpus_per_node=[2])
+    config["grid"]["system"] = list(LAB_SYSTEMS)
+    config["constraints"] = {}  # the lab study's are about its own grid
+    config["cluster"]["systems"] = LAB_SYSTEMS
+    return config
 
 
 def cancel_in_training(study: LabStudy, outcome: dict) -> None:
@@ -344,7 +366,7 @@ def start_campaign(new_folder) -> Campaign:
     # slow the lab's jobs.
     for name, config in side_studies().items():
         action = cancel_in_training if name == "cancel" else None
-        until = "tables" if name == "oom" else "train"
+        until = {"oom": "tables", "systems": "systems"}.get(name, "train")
         campaign.start(new_folder(name), name, config, action, until)
     loss = node_loss_study()
     campaign.start(

@@ -278,7 +278,7 @@ def test_the_containers_figure_reads_at_a_glance(tmp_path, monkeypatch):
     # its height the table's images/sec; nothing off the canvas or under the legend.
     from test_containers import _record
 
-    from trainscale.analysis.containers_report import containers_table, plot_containers
+    from trainscale.analysis.containers_report import containers_table, plot_bars
 
     records = [
         _record(container, rate * gpus, 4.0, gpus=gpus)
@@ -288,7 +288,7 @@ def test_the_containers_figure_reads_at_a_glance(tmp_path, monkeypatch):
     table = containers_table(records)
     drawn = []
     monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
-    plot_containers(table, [str(tmp_path / "containers.png")], "Throughput by container")
+    plot_bars(table, "container", [str(tmp_path / "containers.png")], "Throughput by container")
     (fig,) = drawn
     assert not texts_outside_the_canvas(fig) and not covered(fig)
     ax = fig.axes[0]

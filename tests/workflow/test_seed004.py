@@ -59,8 +59,23 @@ def rebuilt(run_store):
 def test_no_training_in_the_dag_and_every_table_built(rebuilt):
     repo, dry_run = rebuilt
     assert train_jobs(dry_run) == 0
-    for name in ("accuracy", "ranks", "table1", "efficiency"):
+    for name in ("accuracy", "ranks", "table1", "efficiency", "systems"):
         assert os.path.getsize(os.path.join(repo, f"results/seed004/tables/{name}.md")) > 100
+
+
+def test_the_systems_table_sets_the_seeds_two_nodes_side_by_side(rebuilt):
+    repo, _ = rebuilt
+    table = pd.read_csv(os.path.join(repo, "results/seed004/tables/systems.csv"))
+    cells = seed_cells()
+    assert len(table) == 16 and list(table["system"][:2]) == ["node5-titan-rtx", "node9-v100"]
+    for (framework, model, dataset, gpus), rows in table.groupby(
+        ["framework", "model", "dataset", "gpus_per_node"]
+    ):
+        titan, v100 = (float(cells[(framework, model, dataset, s, gpus)]["images"])
+                       for s in ("node5-titan-rtx", "node9-v100"))  # fmt: skip
+        assert list(rows["images_per_sec"]) == [titan, v100]
+        assert list(rows["of_first_system"]) == pytest.approx([1.0, v100 / titan])
+    assert set(table["device_memory_gib"]) == {24, 32}
 
 
 def test_the_accuracy_table_is_the_seeds_three_tables_cell_for_cell(rebuilt):

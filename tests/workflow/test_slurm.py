@@ -130,6 +130,42 @@ def test_horovod_over_gloo_across_nodes(lab_campaign):
     assert record["settings"]["horovod_launcher"] == "gloo"
 
 
+def test_each_system_runs_on_its_own_partition_and_the_table_puts_them_side_by_side(
+    lab_campaign,
+):
+    """cluster.systems on the lab's two node types (lab_studies.systems_study):
+    a point of each reached its partition's nodes only, and the systems table
+    compares them. One machine's cores: this proves the routing, not a
+    difference of hardware."""
+    study = lab_campaign.studies["systems"]
+    returncode, output = study.wait()
+    assert returncode == 0, output[-4000:]
+    got = records(study.repo, "slurm-lab-systems")
+    assert len(got) == 2
+    partition_nodes = {"lab-a": {"node1", "node2"}, "lab-b": {"node3", "node4"}}
+    jobs = {}
+    for record in got.values():
+        system = record["settings"]["system"]
+        assert (
+            record["status"] == "ok"
+            and set(record["provenance"]["hosts"]) <= partition_nodes[system]
+        )
+        jobs[record["provenance"]["slurm"]["job_id"]] = system
+    sacct = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "JobID,Partition", "-j", ",".join(jobs)],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert {line.split("|")[0]: line.split("|")[1] for line in sacct} == jobs
+    table = pd.read_csv(Path(study.repo, "results/slurm-lab-systems/tables/systems.csv"))
+    assert list(table["system"]) == ["lab-a", "lab-b"]
+    assert list(table["partition"]) == ["lab-a", "lab-b"]
+    assert table["of_first_system"].iloc[0] == 1.0 and table["of_first_system"].iloc[1] > 0
+    for hosts, system in zip(table["hosts"], table["system"], strict=True):
+        assert set(hosts.split(",")) <= partition_nodes[system]
+    figure = Path(study.repo, "results/slurm-lab-systems/figures/systems.png")
+    assert figure.stat().st_size > 1000
+
+
 def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab_campaign):
     """Over a minute: it waits for the cancel study's other jobs among the
     lab's, then two dry runs and the cancelled point's rerun, a 2-node Horovod

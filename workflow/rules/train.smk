@@ -32,6 +32,7 @@ rule train:
         slurm_partition=lambda wildcards: slurm(wildcards)["slurm_partition"],
         slurm_account=lambda wildcards: slurm(wildcards)["slurm_account"],
         qos=lambda wildcards: slurm(wildcards)["qos"],
+        constraint=lambda wildcards: slurm(wildcards)["constraint"],
         slurm_extra=lambda wildcards: slurm(wildcards)["slurm_extra"],
         attempt=lambda wildcards, attempt: attempt,
         # A benchmark must not share its machine with another benchmark: the

@@ -165,8 +165,9 @@ def varying(table: pd.DataFrame) -> list[str]:
     return [c for c in POINT if not table.empty and table[c].nunique() > 1]
 
 
-def plot_containers(table: pd.DataFrame, paths: list[str], title: str) -> None:
-    """Seed 002's Fig. 3: images/sec, a bar per container, grouped by shape."""
+def plot_bars(table: pd.DataFrame, axis: str, paths: list[str], title: str) -> None:
+    """Images/sec, a bar per value of `axis` (a container, a system), grouped
+    by point: seed 002's Fig. 3. The groups name what the table varies."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -175,20 +176,23 @@ def plot_containers(table: pd.DataFrame, paths: list[str], title: str) -> None:
     from trainscale.analysis.plotting import legend
     from trainscale.core.records import atomic_path
 
-    containers = list(dict.fromkeys(table["container"])) if not table.empty else [BARE]
-    key = ["framework", *varying(table), "gpus"]
+    values = list(dict.fromkeys(table[axis])) if not table.empty else [BARE]
+    shown = ["model", "batch_size", "network", "dataset"]
+    key = ["framework", *[c for c in shown if c in table and table[c].nunique() > 1], "gpus"]
     groups = list(dict.fromkeys(zip(*(table[c] for c in key)))) if not table.empty else []
-    width = 0.8 / len(containers)
+    width = 0.8 / len(values)
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 2), 4.2), layout="constrained")
-    for i, name in enumerate(containers):
-        mine = table[table["container"] == name].set_index(key)
+    for i, name in enumerate(values):
+        mine = table[table[axis] == name].set_index(key)
         heights = [mine["images_per_sec"].get(g, float("nan")) for g in groups]
-        spread = [mine["images_per_sec_std"].get(g, float("nan")) for g in groups]
+        spread = mine.get("images_per_sec_std")
+        errors = None if spread is None else [spread.get(g, float("nan")) for g in groups]
         xs = [x + i * width for x in range(len(groups))]
-        ax.bar(xs, heights, width, yerr=spread, capsize=3, label=name)
-    ax.set_xticks([x + width * (len(containers) - 1) / 2 for x in range(len(groups))])
+        ax.bar(xs, heights, width, yerr=errors, capsize=3, label=name or "(none)")
+    ax.set_xticks([x + width * (len(values) - 1) / 2 for x in range(len(groups))])
     ax.set_xticklabels([" ".join(map(str, g[:-1])) + f"\n{g[-1]} GPU(s)" for g in groups])
-    ax.set(ylabel="images/sec (± std over blocks)", title=title)
+    ylabel = "images/sec (± std over blocks)" if "images_per_sec_std" in table else "images/sec"
+    ax.set(ylabel=ylabel, title=title)
     legend(fig, [ax])
     for path in paths:
         with atomic_path(path) as tmp:
@@ -212,4 +216,4 @@ def write_containers(
     unvaried = [c for c in POINT if c not in varying(table)]
     shown = table.drop(columns=["gpus", *unvaried], errors="ignore")
     write_table(shown, folder, CONTAINERS, caption, LABELS, data=table)
-    plot_containers(table, figures, "Training throughput by container runtime")
+    plot_bars(table, "container", figures, "Training throughput by container runtime")

@@ -42,6 +42,8 @@ RECOVERY, GOODPUT, RECOVERY_TIMELINE = "recovery", "goodput", "recovery_timeline
 SHARDING_MEMORY, SHARDING_CROSSOVER = "sharding_memory", "sharding_crossover"
 # containers_report.write_containers (a study with a container axis): a table and a figure
 CONTAINERS = "containers"
+# systems_report.write_systems (a study with two or more systems): a table and a figure
+SYSTEMS = "systems"
 
 
 def study_tables(reference: bool) -> list[str]:

@@ -76,11 +76,13 @@ SETTINGS = (
             group="data and device", pattern="^[A-Za-z0-9_./-]+$"),
     Setting("device", str, "gpu", "one replica per GPU, or per CPU share",
             choices=("gpu", "cpu"), group="data and device"),
-    # A label, not a knob of the run: which machine a study's runs ran on, so
-    # one study can hold two node types side by side (seed 004's Titan RTX and
-    # V100 nodes) as a grid axis.
-    Setting("system", str, "", "a name for the machine the runs run on (e.g. a node "
-            "type); a grid axis compares machines", group="data and device", axis=True,
+    # A label to the harness, not a knob of the run: the workflow sends the
+    # point to the named node type (cluster.systems: its partition, node
+    # feature or GRES type), so seed 004's Titan RTX and V100 nodes are one
+    # grid axis (tables/systems.*).
+    Setting("system", str, "", "the node type the ranks run on: a name cluster.systems "
+            "defines (the workflow submits to its partition and GRES type); '': the "
+            "cluster's default", group="data and device", axis=True,
             pattern="^[A-Za-z0-9_.-]*$", metavar="NAME"),
     # Also a label to the harness: the workflow starts a run with the named
     # network's environment (cluster.networks: which interface NCCL, Gloo,

@@ -104,6 +104,17 @@ def environment_prefix(environment: dict[str, str]) -> str:
     return f"env {pairs} "
 
 
+def point_cluster(config: dict, point: GridPoint) -> dict:
+    """`cluster:` as the point's job sees it: its system's partition, GRES
+    type and constraint (cluster.systems) in place of the study-wide ones."""
+    cluster = dict(config.get("cluster") or {})
+    system = (cluster.get("systems") or {}).get(run_settings(config, point).system) or {}
+    for key in ("partition", "gpu_model", "constraint"):
+        if system.get(key):
+            cluster[key] = system[key]
+    return cluster
+
+
 def job_shape(config: dict, point: GridPoint, attempt: int = 1) -> dict:
     """Nodes, tasks, GPUs, CPUs, memory and runtime of one grid point's job.
 
@@ -113,7 +124,7 @@ def job_shape(config: dict, point: GridPoint, attempt: int = 1) -> dict:
     CPU runs too when `cluster.request_gpus_on_cpu` is set (the SLURM lab's
     fake GPUs, to test that path).
     """
-    cluster = config.get("cluster") or {}
+    cluster = point_cluster(config, point)
     settings = run_settings(config, point)
     tasks_per_node = settings.processes_per_node()
     asks_gpus = settings.device == "gpu" or cluster.get("request_gpus_on_cpu", False)
@@ -153,7 +164,7 @@ def slurm_resources(config: dict, point: GridPoint, attempt: int = 1) -> dict:
       is given; 0 turns that off, so the task geometry stays ours.
     """
     shape = job_shape(config, point, attempt)
-    cluster = config.get("cluster") or {}
+    cluster = point_cluster(config, point)
     total, per_node = shape["tasks"], shape["tasks_per_node"]
     several_per_node = total > 1 and per_node > 1
     resources = {
@@ -172,6 +183,8 @@ def slurm_resources(config: dict, point: GridPoint, attempt: int = 1) -> dict:
         # `qos` resource; None leaves it unset (an empty one would reach sbatch
         # as --qos='').
         "qos": cluster.get("qos") or None,
+        # The plugin adds -C for a constraint, and nothing for None.
+        "constraint": cluster.get("constraint") or None,
         # The plugin names every job of a run alike (its run ID): a singleton
         # starts once the one before it has ended.
         "slurm_extra": " ".join(

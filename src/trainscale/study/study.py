@@ -283,6 +283,8 @@ def check_config(config: dict, root: str = ".", cached: bool = False) -> list[Gr
             raise ConfigError(f"config key benchmark/grid ({point.stem()}): {err}") from None
     _check_defined(config, points, "network", "networks")
     _check_defined(config, points, "container", "containers")
+    _check_defined(config, points, "system", "systems")
+    _check_system_sizes(config, points)
     if (config.get("predict") or {}).get("link") == "probe" and not (
         (config.get("probe") or {}).get("enabled")
     ):
@@ -291,9 +293,9 @@ def check_config(config: dict, root: str = ".", cached: bool = False) -> list[Gr
 
 
 def _check_defined(config: dict, points: list[GridPoint], setting: str, key: str) -> None:
-    """Every network (container) a point runs over (in) is one cluster.networks
-    (cluster.containers) defines ('' and none: the defaults): a name alone selects
-    no interface and starts no container."""
+    """Every network (container, system) a point runs over (in, on) is one
+    cluster.networks (containers, systems) defines ('' and none: the defaults):
+    a name alone selects no interface, starts no container, reaches no partition."""
     defined = (config.get("cluster") or {}).get(key) or {}
     bare = {"", "none"}  # the default route; the bare host
     for name in sorted({getattr(run_settings(config, p), setting) for p in points} - bare):
@@ -303,4 +305,18 @@ def _check_defined(config: dict, points: list[GridPoint], setting: str, key: str
             raise ConfigError(
                 f"config key {where}: {setting} {name!r} is not one cluster.{key} "
                 f"defines (it defines: {names}); add its definition there"
+            )
+
+
+def _check_system_sizes(config: dict, points: list[GridPoint]) -> None:
+    """No point asks a system for more GPUs per node than its nodes have:
+    SLURM would queue such a job for ever."""
+    systems = (config.get("cluster") or {}).get("systems") or {}
+    for point in points:
+        name = run_settings(config, point).system
+        if name in systems and point.gpus_per_node > systems[name]["gpus_per_node"]:
+            raise ConfigError(
+                f"config key grid.gpus_per_node: {point.gpus_per_node} GPUs per node on system "
+                f"{name!r}, whose nodes have {systems[name]['gpus_per_node']} "
+                f"(cluster.systems.{name}.gpus_per_node); exclude those points"
             )

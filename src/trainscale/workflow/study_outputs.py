@@ -1,6 +1,6 @@
 """Every file a study's workflow makes, by analysis: which analyses the study
-has (an accuracy study, a fault, two text-model sizes, a container axis, the
-network probes, a reference study) and each one's tables and figures, named
+has (an accuracy study, a fault, two text-model sizes, a container axis, two
+systems, the network probes, a reference study) and each one's tables and figures, named
 by trainscale.analysis.outputs. `all_outputs` is what `rule all` asks for.
 
 Pure Python, from the study's config and grid points (workflow_study reads
@@ -43,6 +43,8 @@ class StudyOutputs:
         self.sharded = len({p.model for p in runnable if p.model in TEXT_MODELS}) >= 2
         # A container axis: what each runtime cost against the bare host.
         self.contained = any(s.container != "none" for s in settings)
+        # Two node types or more (cluster.systems): the same points on each.
+        self.systems = len({s.system for s in settings}) >= 2
         # The refactoring analysis: the study's frameworks and each one's
         # single-device base (what its example changes), in table order.
         frameworks = {p.framework for p in runnable}
@@ -128,6 +130,9 @@ class StudyOutputs:
     def containers_files(self) -> Files:
         return self._analysis(self.contained, [outputs.CONTAINERS], [outputs.CONTAINERS])
 
+    def systems_files(self) -> Files:
+        return self._analysis(self.systems, [outputs.SYSTEMS], [outputs.SYSTEMS])
+
     def all_outputs(self) -> list[str]:
         """What `rule all` asks for. The records are targets themselves:
         Snakemake does not rebuild a missing intermediate file whose consumers
@@ -138,6 +143,7 @@ class StudyOutputs:
             self.recovery_files(),
             self.sharding_files(),
             self.containers_files(),
+            self.systems_files(),
         ]
         return [
             *self.record_files(),
