@@ -75,6 +75,8 @@ def cell_settings(cell, size: dict, device: str) -> RunSettings:
     shape = (
         ["--seq-len", str(size["seq_len"])] if text else ["--image-size", str(size["image_size"])]
     )
+    if text and size.get("vocab"):
+        shape += ["--vocab-size", str(size["vocab"])]
     _, settings, _ = parse([
         "train", "--framework", cell.framework, "--model", cell.model,
         "--batch-size", str(cell.batch), *shape, "--dataset", "synthetic", "--device", device,
