@@ -96,7 +96,8 @@ def write_systems(records: list[str], config: dict, folder: str, figures: list[s
     from trainscale.analysis.rendering import write_table
 
     systems = (config.get("cluster") or {}).get("systems") or {}
-    order = list(config["grid"].get("system") or [config["benchmark"].get("system", "")])
+    # Only a grid axis gives a study two systems (study_outputs.systems).
+    order = list(config["grid"].get("system", []))
     table = systems_table([read_record(path) for path in records], systems, order)
     caption = (
         "Systems: the same points on each node type (cluster.systems), the "
