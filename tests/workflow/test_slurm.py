@@ -209,7 +209,8 @@ def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab_campaig
     assert returncode == 0, output[-4000:]
     record = records(study.repo, "slurm-lab-limit")["horovod/small_cnn/b16/n1g1r1.json"]
     assert record["status"] == "timeout" and record["images_per_sec"] is None
-    assert 30 <= record["elapsed_seconds"] < 60
+    # At least the floor, and ended well before the 120 s limit.
+    assert 30 <= record["elapsed_seconds"] < 90
 
 
 def test_a_node_without_the_training_environment_fails_its_point_naming_the_path(lab_campaign):
