@@ -53,27 +53,30 @@ class Cell:
 
 # On a GPU: ResNet-50 at 224 px, batch 64; the GPT ladder at 1,024 tokens,
 # batch 8. --tiny (a CPU): the small CNN at 32 px, batch 4, and for FSDP2 and
-# DeepSpeed MobileNetV2 ("sharded": it has batch norms, as ResNet-50 has,
-# which those two treat apart under bf16); gpt-tiny and gpt-mini at 32
-# tokens, batch 2, over 256 byte tokens: with GPT-2's 50,257, gpt-mini's
-# cell took 116 s of a fresh-clone pass on a 2-core AMD EPYC (AVX2, no
-# AVX-512 or bf16 instructions), of the whole check's 452 s.
+# DeepSpeed MobileNetV2 at batch 2 ("sharded": it has batch norms, as
+# ResNet-50 has, which those two treat apart under bf16); gpt-tiny and
+# gpt-mini at 32 tokens, batch 2, over 256 byte tokens; LeNet-5 for VGG-16
+# (the cell proves the same code as the first). A CPU without bf16
+# instructions runs bf16 slowly: on a 2-core AMD EPYC (AVX2, no AVX-512),
+# alone, the check took 156 s with VGG-16 (34 s) and MobileNetV2 at batch 4,
+# 105 s with these; gpt-mini took 116 s of a pass with GPT-2's vocabulary.
 SIZES = {
     "gpu": {"image_size": 224, "seq_len": 1024, "warmup": 10, "rounds": 5, "block_seconds": 0.5,
-            "resnet50": "resnet50", "sharded": "resnet50",
+            "resnet50": "resnet50", "sharded": "resnet50", "vgg16": "vgg16",
             "gpt": ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"),
-            "batch": {64: 64, 256: 256, 8: 8}},
+            "batch": {64: 64, 256: 256, 8: 8}, "sharded_batch": 64},
     "tiny": {"image_size": 32, "seq_len": 32, "warmup": 1, "rounds": 1, "block_seconds": 0.05,
-             "resnet50": "small_cnn", "sharded": "mobilenet_v2", "gpt": ("gpt-tiny", "gpt-mini"),
-             "vocab": 256, "batch": {64: 4, 256: 8, 8: 2}},
+             "resnet50": "small_cnn", "sharded": "mobilenet_v2", "vgg16": "lenet5",
+             "gpt": ("gpt-tiny", "gpt-mini"), "vocab": 256,
+             "batch": {64: 4, 256: 8, 8: 2}, "sharded_batch": 2},
 }  # fmt: skip
 
 
 def cells(tiny: bool) -> list[Cell]:
     """Every cell, in the order they run: the most important first."""
     size = SIZES["tiny" if tiny else "gpu"]
-    resnet, sharded, batch = size["resnet50"], size["sharded"], size["batch"]
-    b64 = batch[64]
+    resnet, sharded, vgg, batch = size["resnet50"], size["sharded"], size["vgg16"], size["batch"]
+    b64, bs = batch[64], size["sharded_batch"]
     image = [
         # (1) torch-single, bf16 and fp32; (2) torch-ddp on the one GPU (NCCL).
         Cell(f"torch-single-{resnet}-b{b64}-bf16", "a", "torch-single", resnet, b64, "bf16"),
@@ -94,19 +97,19 @@ def cells(tiny: bool) -> list[Cell]:
         # (4) FSDP2 with one rank; (5) DeepSpeed ZeRO-0 and 3, each in a
         # process of its own: DeepSpeed keeps its process groups in module
         # globals, which a second engine's new group does not replace.
-        Cell(f"torch-fsdp-{sharded}-b{b64}-bf16", "a", "torch-fsdp", sharded, b64, "bf16"),
+        Cell(f"torch-fsdp-{sharded}-b{bs}-bf16", "a", "torch-fsdp", sharded, bs, "bf16"),
         # Lightning's Trainer (ddp) against the DDP loop it replaces, in a
         # process of its own (its Trainer outlives the cell's process group).
         Cell(f"lightning-{resnet}-b{b64}-bf16", "l", "lightning", resnet, b64, "bf16"),
-        Cell(f"deepspeed-zero0-{sharded}-b{b64}-bf16", "b", "deepspeed", sharded, b64, "bf16"),
-        Cell(f"deepspeed-zero3-{sharded}-b{b64}-bf16", "c", "deepspeed", sharded, b64, "bf16",
+        Cell(f"deepspeed-zero0-{sharded}-b{bs}-bf16", "b", "deepspeed", sharded, bs, "bf16"),
+        Cell(f"deepspeed-zero3-{sharded}-b{bs}-bf16", "c", "deepspeed", sharded, bs, "bf16",
              ("--zero-stage", "3")),
         # (6) channels-last and torch.compile on the first cell; (7) VGG-16, batch 256.
         Cell(f"torch-single-{resnet}-b{b64}-bf16-channels-last", "d", "torch-single", resnet,
              b64, "bf16", ("--channels-last",)),
         Cell(f"torch-single-{resnet}-b{b64}-bf16-compile", "d", "torch-single", resnet, b64,
              "bf16", ("--compile",)),
-        Cell(f"torch-single-vgg16-b{b64}-bf16", "d", "torch-single", "vgg16", b64, "bf16"),
+        Cell(f"torch-single-{vgg}-b{b64}-bf16", "d", "torch-single", vgg, b64, "bf16"),
         Cell(f"torch-single-{resnet}-b{batch[256]}-bf16", "d", "torch-single", resnet,
              batch[256], "bf16"),
         # The whole run again in blocks of 50 steps: on the H100 the record

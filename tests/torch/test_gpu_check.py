@@ -31,10 +31,10 @@ def run_check(out, *extra: str) -> subprocess.CompletedProcess:
 def test_every_cell_runs_on_the_cpu_and_a_second_run_skips_what_the_first_wrote(tmp_path):
     """Minutes: 16 cells in 5 processes (DeepSpeed's twice), two whole
     `trainscale run`s, and torch.compile's first compilation on this machine.
-    bf16 is the GPU's arithmetic, so the cells run it here too: about 100 s
-    on an Intel Xeon VM, 7 minutes on a 2-core AMD EPYC (AVX2, no bf16
-    instructions), where MobileNetV2's, VGG-16's and the compiled cells
-    take a minute each."""
+    bf16 is the GPU's arithmetic, so the cells run it here too: the check
+    alone took 105 s on a 2-core AMD EPYC (AVX2, no bf16 instructions), its
+    two DeepSpeed MobileNetV2 cells 44 s of them; beside the rest of the
+    suite, about three times that."""
     names = [cell.name for cell in cells(tiny=True)]
     first = run_check(tmp_path)
     assert first.returncode == 0, first.stderr[-4000:]
