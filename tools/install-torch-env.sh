@@ -111,5 +111,10 @@ fi
 # The harness itself, editable, and its test tools (as in .venv-train).
 "${pip[@]}" install --no-deps -e .
 "${pip[@]}" install "nvidia-ml-py==13.615.71"  # trainscale.core.gpu_monitor, as in the train env
+# Pillow decodes ImageNet's JPEGs (trainscale.core.imagenet), as torchvision's
+# ImageFolder does. Not torchvision: PyPI's 0.28.0 is built against the CUDA
+# torch, and with the CPU one its import fails ("RuntimeError: operator
+# torchvision::nms does not exist"); its +cpu build is on download.pytorch.org only.
+"${pip[@]}" install "pillow==11.3.0"
 "${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4"
 "$venv/bin/python" -c "import torch, horovod.torch, deepspeed, ray, pytorch_lightning as pl; print('torch env: torch', torch.__version__, '| horovod', horovod.__version__, '| deepspeed', deepspeed.__version__, '| ray', ray.__version__, '| lightning', pl.__version__)" 2>&1 | tail -1
