@@ -340,3 +340,29 @@ def assert_classifies_the_sky_survey(tmp_path: Path, framework: str) -> dict:
     assert record["final_test_accuracy_per_class"][2] >= 0.9
     assert sum(record["test_examples_per_class"]) == 120  # a fifth of the 599 measured rows
     return record
+
+
+def assert_trains_on_decoded_imagenet(tmp_path: Path, framework: str, dataset: str) -> dict:
+    """`framework` on 2 replicas trains the small CNN for two timed blocks on
+    generated ImageNet files (trainscale.core.imagenet), decoding them as it
+    trains; its record has the pipeline's own rate, measured after the clock."""
+    from trainscale.core.imagenet import generate_imagenet
+
+    output = tmp_path / "run.json"
+    data = generate_imagenet(str(tmp_path / "imagenet"), classes=4, per_class=8, shards=2)
+    trainscale(
+        "run",
+        *("--framework", framework, "--gpus-per-node", "2", "--device", "cpu"),
+        *("--model", "small_cnn", "--image-size", "32", "--batch-size", "4"),
+        *("--dataset", dataset, "--data-dir", data, "--loader-workers", "1"),
+        *("--warmup-steps", "1", "--blocks", "2", "--steps-per-block", "2"),
+        *("--output", str(output)),
+        check=True,
+    )
+    record = load_json(output)
+    assert record["status"] == "ok" and record["dataset"] == dataset
+    assert record["augmentation"] == "random-resized-crop-and-flip"
+    assert record["images_per_sec"]["mean"] > 0 and record["input_pipeline_images_per_sec"] > 0
+    ratio = record["input_pipeline_images_per_sec"] / record["images_per_sec"]["mean"]
+    assert record["input_bound"] == (ratio < 1.1)
+    return record

@@ -23,12 +23,13 @@ from trainscale.core.datasets import (
 )
 from trainscale.core.idx import read_idx
 
-# The image data sets with files (the text ones: test_text_data.py; the
-# tables: test_sdss.py).
+# The image data sets read whole (the text ones: test_text_data.py; the
+# tables: test_sdss.py; ImageNet's files, decoded as a run trains:
+# test_imagenet_files.py).
 WITH_FILES = [
     name
     for name, d in DATASETS.items()
-    if d.release is not None and not d.is_text and not d.is_table
+    if d.release is not None and not (d.is_text or d.is_table or d.streams)
 ]
 CIFAR = [name for name in WITH_FILES if DATASETS[name].channels == 3]
 IDX = [name for name in WITH_FILES if DATASETS[name].channels == 1]

@@ -57,6 +57,20 @@ KNOWN_TRAINABLE_PARAMETERS = {
 TEXT_DATASETS = (*(name for name, d in DATASETS.items() if d.is_text), "synthetic")
 
 
+def check_streamed_input(s, ecosystem: str) -> str:
+    """Why a data set decoded while training (core.imagenet) cannot feed `s` ("" if it can)."""
+    if not DATASETS[s.dataset].streams:
+        return ""
+    if s.mode == "accuracy":
+        return (
+            f"--dataset {s.dataset} is measured in throughput mode: accuracy mode "
+            "reads its test split whole into memory, which ImageNet's is not"
+        )
+    if ecosystem == "torch" and s.dataset == "imagenet-tfrecord":
+        return f"--dataset {s.dataset}: TFRecord shards are TensorFlow's; torch reads imagenet-jpeg"
+    return ""
+
+
 def check_model_input(s, ecosystem: str, splits_model: bool = False) -> str:
     """Why settings `s` cannot run their model in `ecosystem` ("" if they can):
     a text model reads a text data set; an image model images at least its
@@ -86,6 +100,9 @@ def check_model_input(s, ecosystem: str, splits_model: bool = False) -> str:
         return (
             f"--model {s.model} reads images: --dataset {s.dataset} holds text (a gpt-* reads it)"
         )
+    refused = check_streamed_input(s, ecosystem)
+    if refused:
+        return refused
     minimum = (TORCH_MIN_IMAGE_SIZE if ecosystem == "torch" else MODEL_MIN_IMAGE_SIZE)[s.model]
     if DATASETS[s.dataset].is_table:  # each row's features as a 1x1 input
         if minimum > 1:

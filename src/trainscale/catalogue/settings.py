@@ -74,6 +74,10 @@ SETTINGS = (
     Setting("data_dir", str, "data", "holds the data set's release (e.g. "
             "cifar-100-python.tar.gz, or MNIST's IDX files)",
             group="data and device", pattern="^[A-Za-z0-9_./-]+$"),
+    # Decoding is the input pipeline's cost: a study sets it per run to show it.
+    Setting("loader_workers", int, 2, "a streamed data set's (imagenet-*) decoding workers: "
+            "torch's DataLoader processes (0: in the training process) and tf.data's "
+            "parallel map calls (0: autotuned)", minimum=0, group="data and device"),
     Setting("device", str, "gpu", "one replica per GPU, or per CPU share",
             choices=("gpu", "cpu"), group="data and device"),
     # A label to the harness, not a knob of the run: the workflow sends the
@@ -102,7 +106,8 @@ SETTINGS = (
             "bare host", group="data and device", axis=True,
             pattern="^[A-Za-z0-9_.-]+$", metavar="NAME", cli_flag="--container-name"),
     Setting("augment", bool, True, "the data set's augmentation: pad-4 random crop and "
-            "flip for CIFAR; the MNIST family has none", group="data and device"),
+            "flip for CIFAR, random-resized crop and flip for ImageNet; the MNIST family "
+            "has none", group="data and device"),
     # The first step is never timed: Horovod broadcasts rank 0's variables
     # after it, and every framework traces its step function on it.
     Setting("warmup_steps", int, 10, "untimed steps first (at least 1: tracing, broadcast)",

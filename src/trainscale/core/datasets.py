@@ -20,6 +20,9 @@ standard augmentation, and the release format its files come in:
 - sdss17: SDSS DR17's stellar classification table (star, galaxy, quasar),
   one CSV (trainscale.core.sdss): each row's 8 standardised features as a
   1x1 image of 8 channels.
+- imagenet-jpeg, imagenet-tfrecord: ILSVRC2012 as its folder tree of JPEGs
+  or as TFRecord shards (trainscale.core.imagenet): files listed, not
+  loaded, and decoded while training (`streams`).
 - synthetic: no files; random batches (trainscale.harness.data.synthetic_batch),
   or random tokens for a text model.
 
@@ -45,6 +48,7 @@ import numpy as np
 
 from trainscale.core.data_error import DataError, check_labels
 from trainscale.core.idx import IdxRelease
+from trainscale.core.imagenet import ImageNetRelease
 from trainscale.core.sdss import CLASSES, FEATURES, SdssRelease
 from trainscale.core.text_data import BYTE_VOCABULARY, PYTHON_DOCS, WikiTextRelease
 
@@ -221,7 +225,7 @@ class Dataset:
     mean: tuple  # per channel, of the training images scaled to 0..1
     std: tuple
     augmentation: str  # "crop-and-flip": pad 4, random crop, flip; or "none"
-    release: CifarRelease | IdxRelease | WikiTextRelease | SdssRelease | None  # None: synthetic
+    release: CifarRelease | IdxRelease | WikiTextRelease | SdssRelease | ImageNetRelease | None
     # What the text models read (trainscale.core.text_data); images otherwise.
     is_text: bool = False
     # A table: each row's features as a 1x1 input of `channels` (trainscale.core.sdss).
@@ -229,6 +233,11 @@ class Dataset:
 
     def find(self, data_dir: str) -> str:
         return self.release.find(data_dir, self.name)
+
+    @property
+    def streams(self) -> bool:
+        """Its files are decoded while training (core.imagenet.ImageFiles), not loaded first."""
+        return isinstance(self.release, ImageNetRelease)
 
     def class_names(self, data_dir: str) -> list[str]:
         """Each label's name: CIFAR's meta file's, SDSS's classes; elsewhere
@@ -273,6 +282,12 @@ DATASETS = {
         # Tabular: float features, standardised by the reader (no statistics here).
         Dataset("sdss17", len(CLASSES), channels=len(FEATURES), native_size=1, mean=(0.0,),
                 std=(1.0,), augmentation="none", release=SdssRelease(), is_table=True),
+        # ImageNet: ResNet-50's reference training crops a random 8-100 %
+        # of each image's area, at 3:4 to 4:3, resizes it and flips it.
+        *(Dataset(f"imagenet-{layout}", 1000, channels=3, native_size=224,
+                  mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+                  augmentation="random-resized-crop-and-flip", release=ImageNetRelease(layout))
+          for layout in ("jpeg", "tfrecord")),
         # Random float images, already normalised: no statistics to apply.
         Dataset("synthetic", 100, channels=3, native_size=224, mean=(0.0,), std=(1.0,),
                 augmentation="none", release=None),

@@ -116,6 +116,26 @@ def energy_per_example(energy_joules: float | None, summary: dict, tokens_per_ex
     return fields
 
 
+# A run is input-bound when its input pipeline, decoding alone, yields less
+# than this many times the images it trained per second: what is left over
+# is too little for the pipeline to hide behind the step.
+INPUT_BOUND_RATIO = 1.1
+
+
+def input_pipeline(processes: list, training_images_per_sec: float) -> dict:
+    """The run's decode-only rate (its processes' pipelines together, each
+    measured after the timed blocks) and whether it is input-bound; no
+    fields for a run whose data is in memory or synthetic (None rates)."""
+    rates = [p.get("decode_only_images_per_sec") for p in processes]
+    if not rates or any(rate is None for rate in rates):
+        return {}
+    total = float(sum(rates))
+    return {
+        "input_pipeline_images_per_sec": total,
+        "input_bound": total < INPUT_BOUND_RATIO * training_images_per_sec,
+    }
+
+
 @dataclass
 class BlockBudget:
     """How many blocks to time: `most`, or, with a budget of `seconds` > 0, as

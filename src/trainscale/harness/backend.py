@@ -96,6 +96,17 @@ class Backend:
         """Whether `err` means the device (or the host) ran out of memory."""
         return isinstance(err, self.out_of_memory_errors)
 
+    def decode_only_rate(self) -> float | None:
+        """Images/sec this process's input pipeline yields with no training,
+        over a block's batches, for a data set decoded while training
+        (core.imagenet); None for any other (default)."""
+        return None
+
+    def named_data_error(self, err: BaseException):
+        """The DataError naming the file behind `err`, where an input
+        pipeline's error names none; None if it is not one (default)."""
+        return None
+
     def prepare(self) -> None:
         raise NotImplementedError
 
@@ -133,6 +144,10 @@ class Backend:
             self.test_class_names = dataset.class_names(s.data_dir)
         if dataset.release is None:
             return None, None
+        if dataset.streams:  # its files, decoded while training (core.imagenet)
+            files = dataset.load(s.data_dir)
+            self.train_examples = len(files) if files.labels is not None else 0
+            return files, None
         names = ("train", "test") if s.mode == "accuracy" else ("train",)
         splits = [dataset.load(s.data_dir, split) for split in names]
         if dataset.is_text:  # a text's tokens, cut into examples of --seq-len

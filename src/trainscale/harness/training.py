@@ -23,6 +23,7 @@ from trainscale.core.timing import (
     BlockTimes,
     Stopwatch,
     energy_per_example,
+    input_pipeline,
     token_rates,
 )
 from trainscale.harness.backend import Backend, require_cuda_devices
@@ -91,6 +92,8 @@ def process_description(backend: Backend) -> dict:
         "image": (image_label() or {}).get("recipe_digest"),
         "peak_memory": backend.peak_memory(),
         "memory_capacity": backend.memory_capacity(),
+        # Called after the timed blocks: decoding alone, nothing training beside it.
+        "decode_only_images_per_sec": backend.decode_only_rate(),
     }
 
 
@@ -130,9 +133,9 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         # Every process: a framework that shards the weights gathers them.
         final_weights = backend.trainable_weights() if options.save_weights else None
     except Exception as err:
-        if backend.ran_out_of_memory(err):
-            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise OutOfMemory(first_line) from err
+        outcome = _outcome_of(backend, err)
+        if outcome:
+            raise outcome from err
         if events:
             events.failed(err)
         raise
@@ -153,6 +156,14 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         f"{record['blocks']} blocks"
     )
     return record
+
+
+def _outcome_of(backend: Backend, err: BaseException) -> Exception | None:
+    """What `err` is to the run's record, if not a failure: out of memory,
+    or a bad input file, named (its own line: a DataError)."""
+    if backend.ran_out_of_memory(err):
+        return OutOfMemory((str(err).strip().splitlines() or [type(err).__name__])[0])
+    return backend.named_data_error(err)
 
 
 def _startup_timing(clock: Stopwatch) -> dict:
@@ -283,6 +294,7 @@ def _record(
             default=None,
         ),
         **_gpu_monitored(processes, summary, settings),
+        **input_pipeline(processes, summary["images_per_sec"]["mean"]),
         "framework_config": backend.framework_config(),
         # The collectives one (warm-up) step ran, where the backend observes them.
         **(

@@ -13,6 +13,7 @@ import numpy as np
 from trainscale.catalogue.settings import RunSettings
 from trainscale.core.accuracy import evaluation_batches, scored_classes
 from trainscale.core.datasets import DATASETS
+from trainscale.core.imagenet import ImageFiles, pipeline
 from trainscale.frameworks.tensorflow.keras_models import build_model, training_flops_per_image
 from trainscale.frameworks.tensorflow.parameter_server import ParameterServer
 from trainscale.frameworks.tensorflow.strategies import (
@@ -29,6 +30,11 @@ from trainscale.frameworks.tensorflow.tf_data import (
     synthetic_dataset,
 )
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod, optimizer_variables
+from trainscale.frameworks.tensorflow.tf_imagenet import (
+    decode_only_rate,
+    imagenet_dataset,
+    named_data_error,
+)
 from trainscale.harness.backend import Backend, horovod_versions
 from trainscale.harness.flops import text_training_flops_per_example
 
@@ -53,7 +59,13 @@ def make_dataset_fn(settings: RunSettings, train=None):
     """dataset_fn(shard_index, num_shards, per_replica_batch) for Distribution.make_iterator,
     over the training split (`train`: (images, labels), read here if not given)."""
     dataset = DATASETS[settings.dataset]
-    if dataset.release is not None:
+    if dataset.streams and not isinstance(train, tuple):  # not compile_untouched's zeros
+        files = train or dataset.load(settings.data_dir)
+
+        def dataset_fn(shard_index, num_shards, batch_size):
+            return imagenet_dataset(files, pipeline(settings, shard_index, num_shards, batch_size))
+
+    elif dataset.release is not None:
         images, labels = train or dataset.load(settings.data_dir)
 
         def dataset_fn(shard_index, num_shards, batch_size):
@@ -196,15 +208,32 @@ class TensorFlowBackend(Backend):
             )
             self.optimizer = make_optimizer(settings)
         train, test = self.read_splits()
-        if train:  # one global batch of its shapes (compile_untouched)
+        if isinstance(train, ImageFiles):  # decoded: uint8 at the model's side
+            side, batch = settings.image_size, settings.global_batch_size
+            self.train_like = np.zeros((batch, side, side, 3), np.uint8), np.zeros(batch, np.int32)
+        elif train:  # one global batch of its shapes (compile_untouched)
             self.train_like = tuple(part[: settings.global_batch_size] for part in train)
         self.build_step(self.dataset_fn(train))
         if test:
             self.test_batches, self.eval_step = build_evaluation(self, *test)
 
     def dataset_fn(self, train):
-        """make_dataset_fn's, over `train` (the split, or zeros of its shapes)."""
-        return make_dataset_fn(self.settings, train)
+        """make_dataset_fn's, over `train` (the split, or zeros of its shapes);
+        the shard it was last asked for is this process's (decode_only_rate)."""
+        made = make_dataset_fn(self.settings, train)
+
+        def dataset_fn(*shard):
+            self.pipeline_shard = shard
+            return made(*shard)
+
+        return dataset_fn
+
+    def decode_only_rate(self) -> float | None:
+        s = self.settings
+        if not DATASETS[s.dataset].streams or not hasattr(self, "pipeline_shard"):
+            return None
+        pipeline = make_dataset_fn(s)(*self.pipeline_shard)
+        return decode_only_rate(pipeline, max(2, s.steps_per_block))
 
     def build_step(self, dataset_fn) -> None:
         """The custom loop's step and the iterator it draws from (a Keras
@@ -258,6 +287,12 @@ class TensorFlowBackend(Backend):
 
     def step(self):
         return self.train_step(self.iterator)
+
+    def named_data_error(self, err: BaseException):
+        if not DATASETS[self.settings.dataset].streams:
+            return None
+        files = DATASETS[self.settings.dataset].load(self.settings.data_dir)
+        return named_data_error(err, files)
 
     def after_first_step(self) -> None:
         self.distribution.after_first_step(self.model, self.optimizer)

@@ -37,7 +37,9 @@ from trainscale.catalogue.elastic_kinds import world_size_error
 from trainscale.core.accuracy import evaluation_batches, scored_classes
 from trainscale.core.cpus import cpu_share
 from trainscale.core.datasets import DATASETS
+from trainscale.core.imagenet import ImageFiles, pipeline
 from trainscale.core.supervision import CPU_ALLOCATOR_OOM
+from trainscale.frameworks.torch.torch_imagenet import batches_of, decode_only_rate, jpeg_loader
 from trainscale.frameworks.torch.torch_models import build_torch_model
 from trainscale.harness.backend import Backend, DeviceError, batches_trained, horovod_versions
 from trainscale.harness.data import numpy_batches, synthetic_example_batch
@@ -183,6 +185,13 @@ class TorchBackend(Backend):
                     images.to(self.device, non_blocking=True),
                     labels.to(self.device, non_blocking=True),
                 )
+        if isinstance(train, ImageFiles):  # JPEGs, decoded by the loader's workers
+            self.pipeline = pipeline(s, shard, shards, s.batch_size * replicas)
+            loader = jpeg_loader(train, self.pipeline, pin_memory=self.device.type == "cuda")
+            for images, labels in batches_of(loader):
+                on_device = images.to(self.device, non_blocking=True)
+                yield self.prepare_images(on_device), labels.to(self.device, non_blocking=True)
+            return
         for image_batch, label_batch in numpy_batches(
             *train,
             shard_index=shard,
@@ -198,6 +207,13 @@ class TorchBackend(Backend):
                 images, labels = images.pin_memory(), labels.pin_memory()
             on_device = images.to(self.device, non_blocking=True)
             yield self.prepare_images(on_device), labels.to(self.device, non_blocking=True)
+
+    def decode_only_rate(self) -> float | None:
+        if not hasattr(self, "pipeline"):
+            return None
+        files = DATASETS[self.settings.dataset].load(self.settings.data_dir)
+        loader = jpeg_loader(files, self.pipeline, pin_memory=self.device.type == "cuda")
+        return decode_only_rate(loader, max(2, self.settings.steps_per_block))
 
     def _test_batches(self, images: np.ndarray, labels: np.ndarray) -> list:
         """This process's test shard in equal batches (uint8 images, labels,
