@@ -37,6 +37,7 @@ include: "workflow/rules/recovery.smk"
 include: "workflow/rules/sharding.smk"
 include: "workflow/rules/containers.smk"
 include: "workflow/rules/systems.smk"
+include: "workflow/rules/input_pipeline.smk"
 
 
 onstart:

@@ -13,7 +13,7 @@ MISSING = "' has no bin/trainscale"
 # (study, its arguments, train jobs its dry run plans: its grid, all unmeasured).
 STUDIES = [
     ("the paper's SLURM study", [], 48),
-    ("seed 002", ["--configfile", "studies/seed002.yaml"], 56),
+    ("seed 002", ["--configfile", "studies/seed002.yaml"], 112),
     ("seed 003", ["--configfile", "studies/seed003.yaml"], 72),
 ]
 
@@ -34,6 +34,19 @@ def test_a_dry_run_shows_the_plan_and_warns_once(clone, study, args, jobs):
     assert train_jobs(output) == jobs
     warnings = [line for line in output.splitlines() if MISSING in line]
     assert len(warnings) == 1 and warnings[0].startswith("trainscale (a real run is refused)")
+
+
+def test_the_input_pipeline_study_generates_imagenet_and_builds_its_table(clone):
+    args = ["--profile", "profiles/local", "--configfile", "profiles/local/input-pipeline.yaml"]
+    result = snakemake(clone, "-n", *args, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    # 2 frameworks x 3 inputs, less torch on TFRecord shards (excluded).
+    assert (
+        train_jobs(output) == 5
+        and "torch-ddp/small_cnn/b16/dataset=imagenet-tfrecord" not in output
+    )
+    assert output.count("rule generate_imagenet:") == output.count("rule input_pipeline:") == 1
 
 
 @pytest.mark.parametrize("inspection", ["--dag", "--rulegraph", "--summary"])

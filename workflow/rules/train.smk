@@ -83,6 +83,21 @@ rule write_python_docs:
         "../scripts/write_python_docs.py"
 
 
+rule generate_imagenet:
+    output:
+        marker=STUDY.generated_imagenet_marker(),
+    log:
+        f"{RESULTS}/logs/generate_imagenet.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        per_class=config["benchmark"].get("generate_imagenet_images_per_class"),
+        seed=config["benchmark"]["seed"],
+    script:
+        "../scripts/generate_imagenet.py"
+
+
 rule generate_cifar100:
     output:
         archive=f"{config['benchmark']['data_dir']}/cifar-100-python.tar.gz",

@@ -44,6 +44,8 @@ SHARDING_MEMORY, SHARDING_CROSSOVER = "sharding_memory", "sharding_crossover"
 CONTAINERS = "containers"
 # systems_report.write_systems (a study with two or more systems): a table and a figure
 SYSTEMS = "systems"
+# input_report.write_input_pipeline (a study that decodes ImageNet's files): a table and a figure
+INPUT_PIPELINE = "input_pipeline"
 
 
 def study_tables(reference: bool) -> list[str]:

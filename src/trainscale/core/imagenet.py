@@ -162,6 +162,11 @@ class ImageNetRelease:
             raise DataError(f"--data-dir {data_dir!r} does not exist: {dataset}'s files go there")
         return data_dir
 
+
+def generated_marker(data_dir: str, shards: int = 2) -> str:
+    """The file generate_imagenet writes last: a workflow's train jobs wait for it."""
+    return os.path.join(data_dir, f"validation-{shards - 1:05d}-of-{shards:05d}")
+
     def read(self, path: str, split: str, num_classes: int) -> ImageFiles:
         return (jpeg_files if self.layout == "jpeg" else tfrecord_files)(path, split)
 
@@ -171,11 +176,15 @@ class ImageNetRelease:
 # --------------------------------------------------------------------------
 
 
-def _image(rng: np.random.Generator, label: int):
+# ILSVRC2012's training images average about 400 x 350 pixels.
+IMAGENET_LIKE_SIDES = (250, 500)
+
+
+def _image(rng: np.random.Generator, label: int, sides: tuple[int, int]):
     """A smooth random RGB picture of a random size, tinted by its class."""
     from PIL import Image
 
-    height, width = (int(side) for side in rng.integers(40, 97, size=2))
+    height, width = (int(side) for side in rng.integers(sides[0], sides[1] + 1, size=2))
     coarse = rng.integers(0, 256, size=(4, 4, 3), dtype=np.uint8)
     coarse[..., label % 3] = np.maximum(coarse[..., label % 3], 160)
     return Image.fromarray(coarse).resize((width, height), Image.BICUBIC)
@@ -190,11 +199,18 @@ def _jpeg_bytes(picture) -> bytes:
 
 
 def generate_imagenet(
-    data_dir: str, classes: int = 4, per_class: int = 8, shards: int = 2, seed: int = 0
+    data_dir: str,
+    classes: int = 4,
+    per_class: int = 8,
+    shards: int = 2,
+    seed: int = 0,
+    sides: tuple[int, int] = (40, 96),
 ) -> str:
     """Write both layouts of a small ImageNet into data_dir: train/ and val/
     trees of JPEGs (val a quarter the size), and the same JPEG bytes as
-    `shards` TFRecord shards per split with build_imagenet_data.py's fields."""
+    `shards` TFRecord shards per split with build_imagenet_data.py's fields.
+    Each image's sides are drawn from `sides` (IMAGENET_LIKE_SIDES: what
+    decoding costs on ImageNet's; the tests' default: small and quick)."""
     rng = np.random.default_rng(seed)
     for split, count in (("train", per_class), ("test", max(1, per_class // 4))):
         records = []
@@ -202,7 +218,7 @@ def generate_imagenet(
             folder = os.path.join(data_dir, SPLIT_FOLDERS[split], wnid)
             os.makedirs(folder, exist_ok=True)
             for index in range(count):
-                picture = _image(rng, label)
+                picture = _image(rng, label, sides)
                 encoded = _jpeg_bytes(picture)
                 name = f"{wnid}_{index}.JPEG"
                 with open(os.path.join(folder, name), "wb") as handle:

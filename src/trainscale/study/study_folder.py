@@ -65,7 +65,8 @@ def measurement_settings(config: dict) -> dict:
         for f in fields(RunSettings)
         if f.name not in _POINT_FIELDS and f.name != "data_dir" and f.name not in varied
     }
-    settings["generate_cifar100_images"] = bench.get("generate_cifar100_images")
+    for generated in ("generate_cifar100_images", "generate_imagenet_images_per_class"):
+        settings[generated] = bench.get(generated)
     return settings
 
 

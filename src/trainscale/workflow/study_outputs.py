@@ -13,6 +13,7 @@ import os
 
 from trainscale.analysis import outputs
 from trainscale.catalogue.registry import base_of, framework_spec, table_order
+from trainscale.core.datasets import DATASETS
 from trainscale.core.gpt import TEXT_MODELS
 from trainscale.core.records import record_paths
 from trainscale.launching.examples import examples_of
@@ -45,6 +46,8 @@ class StudyOutputs:
         self.contained = any(s.container != "none" for s in settings)
         # Two node types or more (cluster.systems): the same points on each.
         self.systems = len({s.system for s in settings}) >= 2
+        # Files decoded while training (core.imagenet): the input pipeline's cost.
+        self.decoded = any(DATASETS[s.dataset].streams for s in settings)
         # The refactoring analysis: the study's frameworks and each one's
         # single-device base (what its example changes), in table order.
         frameworks = {p.framework for p in runnable}
@@ -133,6 +136,10 @@ class StudyOutputs:
     def systems_files(self) -> Files:
         return self._analysis(self.systems, [outputs.SYSTEMS], [outputs.SYSTEMS])
 
+    def input_pipeline_files(self) -> Files:
+        names = [outputs.INPUT_PIPELINE]
+        return self._analysis(self.decoded, names, names)
+
     def all_outputs(self) -> list[str]:
         """What `rule all` asks for. The records are targets themselves:
         Snakemake does not rebuild a missing intermediate file whose consumers
@@ -144,6 +151,7 @@ class StudyOutputs:
             self.sharding_files(),
             self.containers_files(),
             self.systems_files(),
+            self.input_pipeline_files(),
         ]
         return [
             *self.record_files(),

@@ -15,6 +15,8 @@ import re
 import shlex
 
 from trainscale.catalogue.registry import FRAMEWORKS, framework_spec
+from trainscale.core.datasets import DATASETS
+from trainscale.core.imagenet import generated_marker
 from trainscale.network.probe import TRANSPORTS, ProbeJob, probe_point, study_probes
 from trainscale.study import jobs
 from trainscale.study.study import (
@@ -81,6 +83,10 @@ class WorkflowStudy:
         kinds = ("images-idx3", "labels-idx1")
         return [f"{folder}/{part}-{kind}-ubyte.gz" for part in ("train", "t10k") for kind in kinds]
 
+    def generated_imagenet_marker(self) -> str:
+        """The file rule generate_imagenet writes last (core.imagenet.generated_marker)."""
+        return generated_marker(self.config["benchmark"]["data_dir"])
+
     def python_docs_files(self) -> list[str]:
         """Python's reference text in WikiText's layout (rule write_python_docs)."""
         folder = f"{self.config['benchmark']['data_dir']}/python-docs"
@@ -88,13 +94,17 @@ class WorkflowStudy:
 
     def generated_data(self) -> str | None:
         """The file a train job waits for, if the workflow writes its data:
-        the digits, Python's text, or a random CIFAR-100 archive of
-        benchmark.generate_cifar100_images; None if the data is the user's."""
+        the digits, Python's text, ImageNet's two layouts of
+        benchmark.generate_imagenet_images_per_class, or a random CIFAR-100
+        archive of benchmark.generate_cifar100_images; None if the data is the user's."""
         read = {settings.dataset for settings in self.runnable.values()}
         if "digits" in read:
             return self.digits_files()[0]
         if "python-docs" in read:
             return self.python_docs_files()[0]
+        if any(DATASETS[name].streams for name in read):
+            per_class = self.config["benchmark"].get("generate_imagenet_images_per_class")
+            return self.generated_imagenet_marker() if per_class else None
         if self.config["benchmark"].get("generate_cifar100_images"):
             return f"{self.config['benchmark']['data_dir']}/cifar-100-python.tar.gz"
         return None
