@@ -27,7 +27,7 @@ COMPAT_VENV ?= .venv-compat
 COMPAT_PYTHON ?= $(lastword $(wildcard $(shell pyenv root 2>/dev/null || echo /root/.pyenv)/versions/3.8.*/bin/python))
 COMPAT_TENSORFLOW ?= 2.11.0
 
-.PHONY: help setup system containers image slurm-packages train-env torch-env lightning1-env analysis-env demo demo-accuracy demo-harness test test-fast \
+.PHONY: help setup system containers image docker slurm-packages train-env torch-env lightning1-env analysis-env demo demo-accuracy demo-harness test test-fast \
 	docs docs-browser test-slurm test-compat slurm-lab-up slurm-lab-down lint format clean bench
 
 help:
@@ -43,6 +43,7 @@ help:
 	@echo "make lint       ruff, snakefmt, snakemake --lint"
 	@echo "make docs       the documentation site into site/ (mkdocs build --strict)"
 	@echo "make image      the container image (envs/Containerfile) for Podman and ch-run"
+	@echo "make docker     Docker's daemon, with that image loaded (the containers' third runtime)"
 	@echo "make setup      install system packages and the four environments (GPU=1: CUDA builds)"
 
 setup: train-env torch-env lightning1-env analysis-env
@@ -93,6 +94,10 @@ containers:
 IMAGE_ENVIRONMENTS ?= torch
 image: containers
 	IMAGE_ENVIRONMENTS="$(IMAGE_ENVIRONMENTS)" bash tools/build-image.sh
+
+# Docker beside them: Debian's docker.io, its daemon, the image loaded into it.
+docker: image
+	bash tools/install-docker.sh
 
 # Headless Chromium, which the docs test opens the built site in.
 docs-browser:

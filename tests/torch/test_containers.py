@@ -1,4 +1,5 @@
-"""Ranks inside real container runtimes: Charliecloud's ch-run and Podman, on
+"""Ranks inside real container runtimes: Charliecloud's ch-run, Podman and
+Docker (where `make docker` has loaded the image into its daemon), on
 `make image`'s image (envs/Containerfile), each rank started by the
 framework's own launcher (torch.distributed's ranks by trainscale's local
 plan, Horovod's by mpirun) through the container's command. The containers
@@ -10,6 +11,7 @@ inside): a test that ran on the bare host would fail on each."""
 
 import json
 import os
+import subprocess
 
 import pytest
 import yaml
@@ -32,11 +34,31 @@ def built_image_label() -> dict:
         pytest.skip(f"no image at {IMAGE_DIRECTORY}: make image builds it (make test does)")
 
 
+def docker_has_the_image() -> None:
+    """Skip unless Docker's daemon answers with the image loaded: `make
+    docker` (not part of make test: loading the image takes minutes)."""
+    found = subprocess.run(
+        ["docker", "image", "inspect", "localhost/trainscale:latest"], capture_output=True
+    )
+    if found.returncode:
+        pytest.skip("no Docker daemon with localhost/trainscale:latest: `make docker` loads it")
+
+
+# Docker runs torch.distributed's ranks only: mpirun's it refuses (below).
+RUNTIMES = [
+    (framework, runtime)
+    for runtime in ("charliecloud", "podman", "docker")
+    for framework in ("torch-ddp", "horovod-torch")
+    if (framework, runtime) != ("horovod-torch", "docker")
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", ["torch-ddp", "horovod-torch"])
-@pytest.mark.parametrize("runtime", ["charliecloud", "podman"])
+@pytest.mark.parametrize(("framework", "runtime"), RUNTIMES)
 def test_every_rank_runs_inside_the_container(tmp_path, framework, runtime):
     label = built_image_label()
+    if runtime == "docker":
+        docker_has_the_image()
     # Relative to the working directory, as the workflow's records are: the
     # ranks must start where the launcher runs ({workdir}).
     output = os.path.relpath(tmp_path / "r.json")
@@ -55,7 +77,7 @@ def test_every_rank_runs_inside_the_container(tmp_path, framework, runtime):
     container = record["container"]
     assert container["runtime"] == runtime and container["runtime_version"]
     assert container["command"] == CONTAINERS[runtime]["command"]
-    if runtime == "podman":  # its content digest, as Podman names the image
+    if runtime in ("podman", "docker"):  # its content digest, as each names the image
         assert container["image"] == "localhost/trainscale:latest"
         assert container["image_id"].startswith("sha256:") or len(container["image_id"]) == 64
     else:  # a directory: make image's, the one the label inside came from
@@ -65,11 +87,25 @@ def test_every_rank_runs_inside_the_container(tmp_path, framework, runtime):
     assert provenance["image"] == label and label["recipe_digest"] != "unknown"
     assert provenance["python"] == label["python"]
     assert [p["image"] for p in provenance["processes"]] == [label["recipe_digest"]] * 2
-    # Both share the host's network (--network=host); Podman filters system
-    # calls (its default seccomp profile), ch-run does not.
+    # All share the host's network (--network=host); Podman and Docker filter
+    # system calls (their default seccomp profiles), ch-run does not.
     host, inside = isolation_facts(), provenance["isolation"]
     assert inside["network_namespace"] == host["network_namespace"]
-    assert inside["seccomp"] == (2 if runtime == "podman" else host["seccomp"])
+    assert inside["seccomp"] == (host["seccomp"] if runtime == "charliecloud" else 2)
+
+
+def test_docker_refuses_a_launcher_that_sets_its_ranks_variables(tmp_path):
+    # Before any container starts: no daemon is needed to see it.
+    result = trainscale(
+        "run",
+        *("--framework", "horovod-torch", "--gpus-per-node", "2", *TINY),
+        *("--model", "small_cnn", "--batch-size", "8", "--dataset", "synthetic"),
+        *("--container-name", "docker", "--container-command", CONTAINERS["docker"]["command"]),
+        *("--output", str(tmp_path / "r.json")),
+    )
+    assert result.returncode != 0 and not (tmp_path / "r.json").exists()
+    assert "horovod-torch's mpirun sets its ranks' variables" in result.stderr
+    assert len([line for line in result.stderr.splitlines() if "error" in line]) == 1
 
 
 @pytest.mark.slow

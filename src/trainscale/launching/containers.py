@@ -74,12 +74,13 @@ def runtime_name(container_command: str) -> str:
 def runtime_version(container_command: str) -> str:
     """The runtime's own version line ('' when it gives none)."""
     program = shlex.split(container_command)[0]
+    asked = [program, "--version"]
+    if runtime_name(container_command) == "docker":  # the daemon's, which runs it
+        asked = [program, "version", "--format", "Docker {{.Server.Version}} (daemon)"]
     try:
         # ch-run refuses to start without $USER, even for --version.
         env = {**os.environ, "USER": os.environ.get("USER") or "root"}
-        done = subprocess.run(
-            [program, "--version"], capture_output=True, text=True, timeout=30, env=env
-        )
+        done = subprocess.run(asked, capture_output=True, text=True, timeout=30, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     lines = (done.stdout or done.stderr).strip().splitlines()
@@ -151,3 +152,42 @@ def prepare_container(name: str, container_command: str, in_slurm: bool) -> None
         import getpass
 
         os.environ.setdefault("USER", getpass.getuser())
+
+
+# Docker, unlike Podman, has no --env-host: a variable reaches a container
+# only where `docker run` names it (`-e NAME` takes the client's value). The
+# names a rank reads are known where trainscale or srun sets them: its launch
+# plan's, and these prefixes' in the launcher's environment (srun's task
+# variables are in the client's when srun starts it). mpirun and horovodrun
+# set theirs (OMPI_, PMIX_, HOROVOD_) as each rank starts, under names no
+# list here could follow.
+PASSED_TO_DOCKER = ("TRAINSCALE_", "SLURM_", "NCCL_", "GLOO_", "OMP_", "TF_", "CUDA_", "TORCH")
+RANK_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                  "LOCAL_WORLD_SIZE", "TRAINSCALE_LAUNCHED_AT")  # fmt: skip
+LAUNCHERS_OF_THEIR_OWN = ("mpirun", "horovodrun")
+
+
+def with_docker_environment(plan: list, framework: str) -> list:
+    """Each process of `plan` whose command runs `docker run`, naming every
+    variable the rank reads; a launcher that sets them itself is refused."""
+    from trainscale.core.setting import SettingsError
+
+    named = {n for n in os.environ if n.startswith(PASSED_TO_DOCKER)} | set(RANK_VARIABLES)
+    ready = []
+    for process in plan:
+        argv = process.argv
+        programs = [os.path.basename(word) for word in argv]
+        if "docker" not in programs:
+            ready.append(process)
+            continue
+        launcher = programs[0]
+        if launcher in LAUNCHERS_OF_THEIR_OWN:
+            raise SettingsError(
+                f"--container-command docker: {framework}'s {launcher} sets its ranks' "
+                "variables as it starts them, and Docker passes a container only those "
+                "`docker run -e` names (it has no --env-host): run it in Podman or ch-run"
+            )
+        at = programs.index("docker") + argv[programs.index("docker") :].index("run") + 1
+        names = [f"--env={name}" for name in sorted(named | set(process.env))]
+        ready.append(process._replace(argv=[*argv[:at], *names, *argv[at:]]))
+    return ready

@@ -31,7 +31,12 @@ from trainscale.core.supervision import (
     said_out_of_memory,
     stop_all,
 )
-from trainscale.launching.containers import in_container, prepare_container
+from trainscale.launching.containers import (
+    in_container,
+    prepare_container,
+    runtime_name,
+    with_docker_environment,
+)
 
 
 def _train_command(
@@ -81,14 +86,18 @@ def rank_plan(
     kind = framework_spec(settings.framework).launch
     command = in_container(command, container_command)
     if in_slurm_job():
-        return kind.slurm_plan(settings, command, requested_gpus_per_node, requested_cpus_per_task)
-    if settings.nodes != 1:
+        plan = kind.slurm_plan(settings, command, requested_gpus_per_node, requested_cpus_per_task)
+    elif settings.nodes != 1:
         raise SettingsError(
             f"--nodes {settings.nodes}: `trainscale` launches on this machine only; "
             "run multi-node points with `snakemake --profile profiles/slurm`"
         )
-    processes_per_node = kind.processes_per_node(settings.gpus_per_node, settings.device)
-    return kind.local_plan(processes_per_node, command, settings)
+    else:
+        processes_per_node = kind.processes_per_node(settings.gpus_per_node, settings.device)
+        plan = kind.local_plan(processes_per_node, command, settings)
+    if container_command and runtime_name(container_command) == "docker":
+        plan = with_docker_environment(plan, settings.framework)
+    return plan
 
 
 def run_role(settings: RunSettings) -> str:
