@@ -242,6 +242,17 @@ def rows(results: dict) -> list[tuple[str, float, str, str]]:
                 f"launch wall outside timing {entry['wall_outside_timed_seconds']:.1f} s",
             )
         )
+    for ecosystem, entry in results.get("input_pipeline", {}).items():
+        layout = "JPEG tree" if ecosystem == "torch" else "TFRecord shards"
+        out.append(
+            (
+                f"ImageNet decode only, {ecosystem} ({layout}) / a plain script's",
+                entry["ratio"],
+                ">= 0.95",
+                vs(entry["trainscale_images_per_sec"], entry["plain_images_per_sec"])
+                + interval(entry),
+            )
+        )
     dag = flow["dry_run"]
     out.append(
         (
@@ -347,6 +358,16 @@ def main() -> None:
             ]
         ),
         "cross_ecosystem": cross_ecosystem(args.train_python, args.torch_python, args.device),
+        # ImageNet's decoding against a plain script's, in each ecosystem.
+        "input_pipeline": {
+            ecosystem: run_json(
+                [python, os.path.join(HERE, "input_pipeline_bench.py"), "--ecosystem", ecosystem]
+            )
+            for ecosystem, python in (
+                ("torch", args.torch_python),
+                ("tensorflow", args.train_python),
+            )
+        },
     }
     if args.device == "gpu":
         # The GPU matrix (bench/device_matrix.py): 24 runs of VGG-16
