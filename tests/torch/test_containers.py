@@ -35,13 +35,20 @@ def built_image_label() -> dict:
 
 
 def docker_has_the_image() -> None:
-    """Skip unless Docker's daemon answers with the image loaded: `make
-    docker` (not part of make test: loading the image takes minutes)."""
-    found = subprocess.run(
-        ["docker", "image", "inspect", "localhost/trainscale:latest"], capture_output=True
-    )
-    if found.returncode:
-        pytest.skip("no Docker daemon with localhost/trainscale:latest: `make docker` loads it")
+    """Skip unless Docker's daemon answers with Podman's image loaded, the
+    same image ID: `make docker` (not part of make test: loading the image
+    takes minutes; a rebuilt image needs it again)."""
+
+    def image_id(program: str) -> str:
+        found = subprocess.run(
+            [program, "image", "inspect", "--format", "{{.Id}}", "localhost/trainscale:latest"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        return found.stdout.strip().removeprefix("sha256:") if found.returncode == 0 else ""
+
+    docker = image_id("docker")
+    if not docker or docker != image_id("podman"):
+        pytest.skip("Docker's daemon lacks make image's latest image: `make docker` loads it")
 
 
 # Docker runs torch.distributed's ranks only: mpirun's it refuses (below).
