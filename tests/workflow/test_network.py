@@ -48,6 +48,7 @@ def test_the_probes_follow_the_frameworks_launchers_and_shapes():
     config = copy.deepcopy(seed002())
     config["grid"].update(framework=["torch-ddp", "horovod-torch", "tf-single"], nodes=[1])
     config["grid"].pop("network")
+    config["grid"].pop("dataset")  # torch reads no TFRecord shards: synthetic alone
     config["benchmark"]["horovod_launcher"] = "gloo"
     config["constraints"] = {"exclude": [{"framework": "tf-single", "gpus_per_node": {"min": 2}}]}
     probes = study_probes(config, check_config(config, root=REPO))
@@ -83,7 +84,8 @@ def test_seed_002s_study_dry_runs_with_its_probe_jobs_on_each_network():
     )
     assert dry.returncode == 0, dry.stderr[-3000:]
     out = dry.stdout
-    assert out.count("rule train:") == 56  # 2 frameworks x 2 batches x 2 networks x 7 shapes
+    # 2 frameworks x 2 batches x 2 networks x 2 inputs (synthetic, TFRecord) x 7 shapes
+    assert out.count("rule train:") == 112
     assert out.count("rule probe:") == 8 and out.count("rule network:") == 1
     ethernet = [line for line in out.splitlines() if "trainscale probe" in line and "eth" in line]
     assert len(ethernet) == 4
@@ -98,7 +100,7 @@ def test_seed_002s_study_dry_runs_with_its_probe_jobs_on_each_network():
     trains = re.findall(
         r"^Shell command: .*; env .*trainscale run .*--network-name ib .*$", out, re.M
     )
-    assert len(trains) == 28 and all("OMPI_MCA_pml=ucx" in t for t in trains)
+    assert len(trains) == 56 and all("OMPI_MCA_pml=ucx" in t for t in trains)  # half of 112
 
 
 def probe_record(network, link, gbit):
