@@ -79,6 +79,7 @@ fi
 # GPU run trains (trainscale.core.gpu_monitor); a CPU run never loads them.
 "${pip[@]}" install "nvidia-ml-py==13.615.71"
 # Pillow: the real JPEG bytes of generated ImageNet files (trainscale.core.imagenet).
-"${pip[@]}" install "pillow==11.3.0"
+# 11 needs Python 3.9; the compat environment's 3.8 gets 10.4, its last.
+"${pip[@]}" install "pillow==11.3.0; python_version >= '3.9'" "pillow==10.4.0; python_version < '3.9'"
 "${pip[@]}" install "pytest>=8,<9" "pytest-timeout>=2.3" "pytest-xdist>=3.6,<4" "ruff==0.8.*" "vermin==1.9.*"
 TF_CPP_MIN_LOG_LEVEL=2 "$venv/bin/python" -c "import tensorflow as tf, horovod; print('train env: tensorflow', tf.__version__, '| horovod', horovod.__version__)"
