@@ -33,6 +33,9 @@ from trainscale.core.data_error import DataError
 from trainscale.core.tfrecord import example, write_records
 
 JPEG_SUFFIXES = (".jpeg", ".jpg")
+# Evaluation's crop in both ecosystems: the central 87.5 % (224 of 256), as
+# ResNet's reference does.
+CENTRAL_FRACTION = 0.875
 SPLIT_FOLDERS = {"train": "train", "test": "val"}
 SHARD_PREFIXES = {"train": "train", "test": "validation"}
 _SHARD = re.compile(r"^(?P<prefix>train|validation)-(?P<index>\d{5})-of-(?P<total>\d{5})$")
@@ -144,6 +147,18 @@ class Pipeline:
     image_size: int  # the side each crop is resized to
     augment: bool  # a random-resized crop and flip; else the central crop
     workers: int  # decoding processes (torch) or parallel calls (tf.data; 0: autotuned)
+
+
+def decode_only_rate(batches, count: int) -> float:
+    """Images per second an iterator of (images, labels) batches yields
+    alone, over `count` batches after a first one (its workers' start)."""
+    import time
+
+    size = len(next(batches)[1])
+    start = time.perf_counter()
+    for _ in range(count):
+        next(batches)
+    return count * size / (time.perf_counter() - start)
 
 
 def pipeline(settings, shard_index: int, num_shards: int, batch_size: int) -> Pipeline:

@@ -13,7 +13,7 @@ import numpy as np
 from trainscale.catalogue.settings import RunSettings
 from trainscale.core.accuracy import evaluation_batches, scored_classes
 from trainscale.core.datasets import DATASETS
-from trainscale.core.imagenet import ImageFiles, pipeline
+from trainscale.core.imagenet import ImageFiles, decode_only_rate, pipeline
 from trainscale.frameworks.tensorflow.keras_models import build_model, training_flops_per_image
 from trainscale.frameworks.tensorflow.parameter_server import ParameterServer
 from trainscale.frameworks.tensorflow.strategies import (
@@ -30,11 +30,7 @@ from trainscale.frameworks.tensorflow.tf_data import (
     synthetic_dataset,
 )
 from trainscale.frameworks.tensorflow.tf_horovod import Horovod, optimizer_variables
-from trainscale.frameworks.tensorflow.tf_imagenet import (
-    decode_only_rate,
-    imagenet_dataset,
-    named_data_error,
-)
+from trainscale.frameworks.tensorflow.tf_imagenet import imagenet_dataset, named_data_error
 from trainscale.harness.backend import Backend, horovod_versions
 from trainscale.harness.flops import text_training_flops_per_example
 
@@ -230,10 +226,10 @@ class TensorFlowBackend(Backend):
 
     def decode_only_rate(self) -> float | None:
         s = self.settings
-        if not DATASETS[s.dataset].streams or not hasattr(self, "pipeline_shard"):
+        if not hasattr(self, "train_files") or not hasattr(self, "pipeline_shard"):
             return None
-        pipeline = make_dataset_fn(s)(*self.pipeline_shard)
-        return decode_only_rate(pipeline, max(2, s.steps_per_block))
+        dataset = make_dataset_fn(s, self.train_files)(*self.pipeline_shard)
+        return decode_only_rate(iter(dataset), max(2, s.steps_per_block))
 
     def build_step(self, dataset_fn) -> None:
         """The custom loop's step and the iterator it draws from (a Keras
@@ -289,10 +285,9 @@ class TensorFlowBackend(Backend):
         return self.train_step(self.iterator)
 
     def named_data_error(self, err: BaseException):
-        if not DATASETS[self.settings.dataset].streams:
+        if not hasattr(self, "train_files"):
             return None
-        files = DATASETS[self.settings.dataset].load(self.settings.data_dir)
-        return named_data_error(err, files)
+        return named_data_error(err, self.train_files)
 
     def after_first_step(self) -> None:
         self.distribution.after_first_step(self.model, self.optimizer)

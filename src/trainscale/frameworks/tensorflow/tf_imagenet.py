@@ -11,15 +11,11 @@ and CRC errors name none).
 
 from __future__ import annotations
 
-import numpy as np
-
-from trainscale.core.imagenet import ImageFiles, Pipeline
+from trainscale.core.imagenet import CENTRAL_FRACTION, ImageFiles, Pipeline
 
 # models garden imagenet_preprocessing: a crop covering 5-100 % of the
 # image, at aspect ratios 3:4 to 4:3, found in at most 100 tries.
 AREA_RANGE, ASPECT_RANGE, MAX_ATTEMPTS = (0.05, 1.0), (3 / 4, 4 / 3), 100
-# Evaluation: the central 87.5 % (224 of 256), as ResNet's reference does.
-CENTRAL_FRACTION = 0.875
 
 
 def checked_jpeg(encoded, source):
@@ -121,20 +117,6 @@ def imagenet_dataset(files: ImageFiles, pipeline: Pipeline):
 
     batches = examples.map(decoded, num_parallel_calls=calls, deterministic=True)
     return batches.batch(pipeline.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-
-
-def decode_only_rate(dataset, batches: int) -> float:
-    """Images per second the pipeline yields alone, over `batches` batches
-    after a first one (its start-up)."""
-    import time
-
-    iterator = iter(dataset)
-    first = next(iterator)[0]
-    size = int(first.shape[0])
-    start = time.perf_counter()
-    for _ in range(batches):
-        np.asarray(next(iterator)[0])
-    return batches * size / (time.perf_counter() - start)
 
 
 def named_data_error(err: BaseException, files: ImageFiles):

@@ -37,9 +37,9 @@ from trainscale.catalogue.elastic_kinds import world_size_error
 from trainscale.core.accuracy import evaluation_batches, scored_classes
 from trainscale.core.cpus import cpu_share
 from trainscale.core.datasets import DATASETS
-from trainscale.core.imagenet import ImageFiles, pipeline
+from trainscale.core.imagenet import ImageFiles, decode_only_rate, pipeline
 from trainscale.core.supervision import CPU_ALLOCATOR_OOM
-from trainscale.frameworks.torch.torch_imagenet import batches_of, decode_only_rate, jpeg_loader
+from trainscale.frameworks.torch.torch_imagenet import batches_of, jpeg_loader
 from trainscale.frameworks.torch.torch_models import build_torch_model
 from trainscale.harness.backend import Backend, DeviceError, batches_trained, horovod_versions
 from trainscale.harness.data import numpy_batches, synthetic_example_batch
@@ -211,9 +211,8 @@ class TorchBackend(Backend):
     def decode_only_rate(self) -> float | None:
         if not hasattr(self, "pipeline"):
             return None
-        files = DATASETS[self.settings.dataset].load(self.settings.data_dir)
-        loader = jpeg_loader(files, self.pipeline, pin_memory=self.device.type == "cuda")
-        return decode_only_rate(loader, max(2, self.settings.steps_per_block))
+        loader = jpeg_loader(self.train_files, self.pipeline, pin_memory=self.device.type == "cuda")
+        return decode_only_rate(iter(batches_of(loader)), max(2, self.settings.steps_per_block))
 
     def _test_batches(self, images: np.ndarray, labels: np.ndarray) -> list:
         """This process's test shard in equal batches (uint8 images, labels,

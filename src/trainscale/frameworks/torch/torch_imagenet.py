@@ -19,11 +19,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from trainscale.core.data_error import DataError
-from trainscale.core.imagenet import ImageFiles, Pipeline
+from trainscale.core.imagenet import CENTRAL_FRACTION, ImageFiles, Pipeline
 from trainscale.harness.data import shard_indices
 
 SCALE, RATIO, ATTEMPTS = (0.08, 1.0), (3 / 4, 4 / 3), 10
-CENTRAL_FRACTION = 0.875  # evaluation's central crop (224 of 256)
 
 
 def random_resized_box(width: int, height: int, rng: np.random.Generator) -> tuple:
@@ -125,16 +124,3 @@ def batches_of(loader: DataLoader):
     except DataError as err:
         lines = str(err).strip().splitlines()
         raise DataError(lines[-1].split("DataError: ", 1)[-1]) from None
-
-
-def decode_only_rate(loader: DataLoader, batches: int) -> float:
-    """Images per second the loader yields alone, over `batches` batches after
-    a first one (its workers' start)."""
-    import time
-
-    iterator = iter(batches_of(loader))
-    size = len(next(iterator)[1])
-    start = time.perf_counter()
-    for _ in range(batches):
-        next(iterator)
-    return batches * size / (time.perf_counter() - start)
