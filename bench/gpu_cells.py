@@ -5,6 +5,7 @@ row reports. Imports torch; the driver does not.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from trainscale.catalogue.options import RunOptions
 from trainscale.catalogue.registry import framework_spec
 from trainscale.catalogue.settings import RunSettings
 from trainscale.core.gpu_monitor import GpuMonitor, nvml_monitor
+from trainscale.core.imagenet import IMAGENET_LIKE_SIDES, generate_imagenet, generated_marker
 from trainscale.core.ports import free_ports
 from trainscale.frameworks import backend_class
 from trainscale.frameworks.torch.torch_models import batch_norms, build_torch_model
@@ -58,6 +60,8 @@ def measure_cell(cell, size: dict, args) -> dict:
     """The cell's row; an out-of-memory is the row's status, not an error."""
     settings = cell_settings(cell, size, args.device)
     try:
+        if cell.imagenet:
+            settings = dataclasses.replace(settings, data_dir=imagenet_tree(args.data_dir, size))
         if cell.record:
             return whole_run(settings)
         return compare(cell.framework, settings, size)
@@ -65,6 +69,16 @@ def measure_cell(cell, size: dict, args) -> dict:
         return {"status": "oom", "error": str(err).strip().splitlines()[0]}
     except Exception as err:  # the cell's failure is its result; the next cell goes on
         return {"status": "failed", "error": f"{type(err).__name__}: {err}"[:2000]}
+
+
+def imagenet_tree(folder: str, size: dict) -> str:
+    """The decoded-input cells' JPEG tree, generated once: at ImageNet's sides
+    on a GPU (what decoding costs there), small ones at the tiny sizes."""
+    shape = size["imagenet"]
+    if not os.path.exists(generated_marker(folder)):
+        sides = {"sides": IMAGENET_LIKE_SIDES} if shape["imagenet_sides"] else {}
+        generate_imagenet(folder, classes=shape["classes"], per_class=shape["per_class"], **sides)
+    return folder
 
 
 def cell_settings(cell, size: dict, device: str) -> RunSettings:
@@ -329,5 +343,6 @@ def whole_run(settings: RunSettings) -> dict:
         "memory_capacity_per_replica_bytes", "gpu_utilisation", "gpu_monitor_note",
         "energy_per_image_joules", "energy_per_token_joules", "device_name",
         "seconds_to_first_timed_step", "step_time_ms", "collectives_per_step",
+        "input_pipeline_images_per_sec", "input_bound",
     )  # fmt: skip
     return {key: record.get(key) for key in keep} | {"command": " ".join(command[1:])}

@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -50,6 +51,11 @@ class Cell:
     ladder: bool = False  # a GPT size: larger ones are skipped once one does not fit
     record: bool = False  # a whole `trainscale run` (its record's fields), not a comparison
 
+    @property
+    def imagenet(self) -> bool:
+        """Reads generated ImageNet JPEGs (the check's --data-dir), not synthetic batches."""
+        return "imagenet-jpeg" in self.options
+
 
 # On a GPU: ResNet-50 at 224 px, batch 64; the GPT ladder at 1,024 tokens,
 # batch 8. --tiny (a CPU): the small CNN at 32 px, batch 4, and for FSDP2 and
@@ -64,11 +70,15 @@ SIZES = {
     "gpu": {"image_size": 224, "seq_len": 1024, "warmup": 10, "rounds": 5, "block_seconds": 0.5,
             "resnet50": "resnet50", "sharded": "resnet50", "vgg16": "vgg16",
             "gpt": ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"),
-            "batch": {64: 64, 256: 256, 8: 8}, "sharded_batch": 64},
+            "batch": {64: 64, 256: 256, 8: 8}, "sharded_batch": 64,
+            "loader_workers": (4, 8, 16),
+            "imagenet": {"classes": 8, "per_class": 128, "imagenet_sides": True}},
     "tiny": {"image_size": 32, "seq_len": 32, "warmup": 1, "rounds": 1, "block_seconds": 0.05,
              "resnet50": "small_cnn", "sharded": "mobilenet_v2", "vgg16": "lenet5",
              "gpt": ("gpt-tiny", "gpt-mini"), "vocab": 256,
-             "batch": {64: 4, 256: 8, 8: 2}, "sharded_batch": 2},
+             "batch": {64: 4, 256: 8, 8: 2}, "sharded_batch": 2,
+             "loader_workers": (2,),
+             "imagenet": {"classes": 4, "per_class": 16, "imagenet_sides": False}},
 }  # fmt: skip
 
 
@@ -87,20 +97,31 @@ def cells(tiny: bool) -> list[Cell]:
         Cell(f"record-torch-ddp-{resnet}-b{b64}-bf16", "a", "torch-ddp", resnet, b64, "bf16",
              record=True),
     ]  # fmt: skip
+    # ResNet-50 on decoded JPEGs (ImageNet's tree, generated at ImageNet's
+    # sides) with 4, 8 and 16 DataLoader workers, beside the synthetic record
+    # above: how far the input pipeline is from the step. Blocks of 50 steps,
+    # so the loader's prefetched batches do not flatter a block.
+    decoded = [
+        Cell(f"record-torch-ddp-{resnet}-b{b64}-bf16-imagenet-jpeg-w{workers}", "i", "torch-ddp",
+             resnet, b64, "bf16", ("--dataset", "imagenet-jpeg", "--loader-workers",
+                                   str(workers), "--steps-per-block", "50"), record=True)
+        for workers in size["loader_workers"]
+    ]  # fmt: skip
     # (3) the GPT ladder, bf16, up to the largest that fits.
     ladder = [
         Cell(f"torch-single-{gpt}-b{batch[8]}-bf16", "a", "torch-single", gpt, batch[8], "bf16",
              ladder=True)
         for gpt in size["gpt"]
     ]  # fmt: skip
+    # (4) FSDP2 with one rank, in the first process.
+    fsdp = [Cell(f"torch-fsdp-{sharded}-b{bs}-bf16", "a", "torch-fsdp", sharded, bs, "bf16")]
     rest = [
-        # (4) FSDP2 with one rank; (5) DeepSpeed ZeRO-0 and 3, each in a
-        # process of its own: DeepSpeed keeps its process groups in module
-        # globals, which a second engine's new group does not replace.
-        Cell(f"torch-fsdp-{sharded}-b{bs}-bf16", "a", "torch-fsdp", sharded, bs, "bf16"),
         # Lightning's Trainer (ddp) against the DDP loop it replaces, in a
         # process of its own (its Trainer outlives the cell's process group).
         Cell(f"lightning-{resnet}-b{b64}-bf16", "l", "lightning", resnet, b64, "bf16"),
+        # (5) DeepSpeed ZeRO-0 and 3, each in a process of its own: DeepSpeed
+        # keeps its process groups in module globals, which a second
+        # engine's new group does not replace.
         Cell(f"deepspeed-zero0-{sharded}-b{bs}-bf16", "b", "deepspeed", sharded, bs, "bf16"),
         Cell(f"deepspeed-zero3-{sharded}-b{bs}-bf16", "c", "deepspeed", sharded, bs, "bf16",
              ("--zero-stage", "3")),
@@ -118,11 +139,12 @@ def cells(tiny: bool) -> list[Cell]:
         Cell(f"record-torch-ddp-{resnet}-b{b64}-bf16-blocks-of-50", "d", "torch-ddp", resnet,
              b64, "bf16", ("--steps-per-block", "50"), record=True),
     ]  # fmt: skip
-    return image + ladder + rest
+    return image + ladder + fsdp + decoded + rest
 
 
-# In the order they run: Lightning's after the first group, as important.
-GROUPS = ("a", "l", "b", "c", "d")
+# In the order they run: the decoded-input records and Lightning's after the
+# first group, as important.
+GROUPS = ("a", "i", "l", "b", "c", "d")
 
 
 # ---------------------------------------------------------------------------
@@ -167,10 +189,12 @@ def pending(all_cells: list[Cell], results: dict, args) -> list[Cell]:
 def drive(args) -> int:
     path = os.path.join(args.out, RESULTS)
     os.makedirs(args.out, exist_ok=True)
-    if not os.path.exists(path) and args.resume and os.path.exists(args.resume):
-        earlier = read_results(args.resume)
-        if (earlier["device"] or {}).get("name") == device_name(args.device):
-            write_results(path, earlier)
+    if not os.path.exists(path):
+        for earlier_path in args.resume or ():  # bench/gpu/ holds one file per device
+            earlier = read_results(earlier_path)
+            if (earlier["device"] or {}).get("name") == device_name(args.device):
+                write_results(path, earlier)
+                break
     deadline = time.monotonic() + args.budget_seconds
     all_cells = cells(args.tiny)
     todo = {c.name for c in pending(all_cells, read_results(path), args)}
@@ -215,6 +239,7 @@ def device_name(device: str) -> str:
 
 def child_args(args, group: str, seconds_left: float) -> list[str]:
     forwarded = ["--out", args.out, "--device", args.device, "--group", group]
+    forwarded += ["--data-dir", args.data_dir]
     forwarded += ["--budget-seconds", str(seconds_left)]
     forwarded += ["--tiny"] * args.tiny + ["--retry-failed"] * args.retry_failed
     return forwarded + (["--cells", *args.cells] if args.cells else [])
@@ -292,7 +317,11 @@ def main() -> None:
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--tiny", action="store_true", help="the CPU sizes (make test)")
     parser.add_argument("--cells", nargs="+", help="only these cells (by name)")
-    parser.add_argument("--resume", help="an earlier run's gpu_check.json: its cells are skipped")
+    parser.add_argument(
+        "--resume",
+        nargs="+",
+        help="earlier runs' results (one file per device): the cells of this device's are skipped",
+    )
     parser.add_argument("--retry-failed", action="store_true", help="measure failed cells again")
     parser.add_argument(
         "--budget-seconds",
@@ -305,6 +334,11 @@ def main() -> None:
         type=float,
         default=15.0,
         help="no cell starts with less time than this left",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=os.path.join(tempfile.gettempdir(), "trainscale-gpu-check-imagenet"),
+        help="where the decoded-input cells' ImageNet JPEGs are generated (if not there yet)",
     )
     parser.add_argument("--group", choices=GROUPS, help=argparse.SUPPRESS)
     args = parser.parse_args()  # fmt: skip

@@ -6,8 +6,9 @@
 #
 #   bash bench/gpu_check.sh [OUT]     results in OUT (default $OUT, else bench/gpu/)
 #
-# A run skips the cells bench/gpu/gpu_check.json already holds for the same
-# device: copy a run's file there, and the next run goes on from it.
+# A run skips the cells that bench/gpu/gpu_check-<device>.json (one file per
+# device: h100, h200) already holds for the same device: copy a run's file
+# there, and the next run goes on from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-bench/gpu}}
@@ -20,5 +21,7 @@ fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 resume=()
-[ -f bench/gpu/gpu_check.json ] && [ "$out" != bench/gpu ] && resume=(--resume bench/gpu/gpu_check.json)
+if [ "$out" != bench/gpu ] && compgen -G "bench/gpu/gpu_check-*.json" > /dev/null; then
+  resume=(--resume bench/gpu/gpu_check-*.json)
+fi
 exec "$python" bench/gpu_check.py --out "$out" "${resume[@]}" "${@:2}"

@@ -21,28 +21,31 @@ from gpu_check import cells, device_name  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-def run_check(out, *extra: str) -> subprocess.CompletedProcess:
+def run_check(out, data_dir, *extra: str) -> subprocess.CompletedProcess:
     command = [sys.executable, os.path.join(BENCH, "gpu_check.py"), "--device", "cpu", "--tiny"]
+    command += ["--data-dir", str(data_dir)]
     return subprocess.run(
         [*command, "--out", str(out), *extra], capture_output=True, text=True, timeout=1200
     )
 
 
 def test_every_cell_runs_on_the_cpu_and_a_second_run_skips_what_the_first_wrote(tmp_path):
-    """Minutes: 16 cells in 5 processes (DeepSpeed's twice), two whole
-    `trainscale run`s, and torch.compile's first compilation on this machine.
+    """Minutes: 17 cells in 6 processes (DeepSpeed's twice), three whole
+    `trainscale run`s (one on generated JPEGs), and torch.compile's first
+    compilation on this machine.
     bf16 is the GPU's arithmetic, so the cells run it here too: the check
     alone took 105 s on a 2-core AMD EPYC (AVX2, no bf16 instructions), its
     two DeepSpeed MobileNetV2 cells 44 s of them; beside the rest of the
     suite, about three times that."""
     names = [cell.name for cell in cells(tiny=True)]
-    first = run_check(tmp_path)
+    first = run_check(tmp_path, tmp_path / "imagenet")
     assert first.returncode == 0, first.stderr[-4000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())
     assert list(results["cells"]) == names  # every cell, in the order they ran
     # A second run (the GPU machine's next loan, writing to another folder)
     # goes on from the first's file, same device: nothing is measured again.
-    again = run_check(tmp_path / "next", "--resume", str(tmp_path / "gpu_check.json"))
+    earlier = str(tmp_path / "gpu_check.json")
+    again = run_check(tmp_path / "next", tmp_path / "imagenet", "--resume", earlier)
     assert again.returncode == 0, again.stderr[-4000:]
     for name in names:
         assert f"gpu check: {name}: already written, skipped" in again.stdout
@@ -77,12 +80,21 @@ def test_every_cell_runs_on_the_cpu_and_a_second_run_skips_what_the_first_wrote(
     # A CPU's float32 is float32 (a GPU's may count as TF32: bench/gpu/README.md).
     fp32 = [row for row in rows.values() if row["cell"]["precision"] == "fp32"]
     assert fp32 and all(row["peak_precision"] == "fp32" for row in fp32)
-    # The whole run through `trainscale run`, in blocks of 2 steps and of 50:
-    # its record's fields.
-    short, long = [row for row in rows.values() if row["cell"]["record"]]
+    # The whole run through `trainscale run`, in blocks of 2 steps and of 50,
+    # on synthetic batches and on decoded JPEGs: its record's fields.
+    short, decoded, long = [row for row in rows.values() if row["cell"]["record"]]
     assert "--steps-per-block 2 " in short["command"]
     assert "--steps-per-block 50 " in long["command"]
-    for record in (short, long):
+    assert "--dataset imagenet-jpeg " in decoded["command"]
+    assert f"--data-dir {tmp_path / 'imagenet'} " in decoded["command"]
+    assert "--loader-workers 2 " in decoded["command"]
+    # The pipeline's own rate, and whether it kept up (a 2-core CPU's step is
+    # slow beside its decoding: not input-bound at these sizes, but either
+    # answer is a real one; the field must be a verdict, not absent).
+    assert decoded["input_pipeline_images_per_sec"] > 0
+    assert decoded["input_bound"] in (True, False)
+    assert short["input_pipeline_images_per_sec"] is None and short["input_bound"] is None
+    for record in (short, decoded, long):
         assert record["images_per_sec"]["mean"] > 0
         assert "--framework torch-ddp" in record["command"]
         assert record["gpu_monitor_note"] == "CPU run: no GPU to sample"
