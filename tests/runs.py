@@ -255,7 +255,7 @@ def check_a_torch_run(record, stdout: str, replicas: int):
     # Keras's count: the torch model is its twin (trainscale.analysis.predict reads it).
     model = (record["model"], record["image_size"])
     assert record["trainable_parameters"] == KNOWN_TRAINABLE_PARAMETERS[model]
-    # The collectives of a warm-up step, as torch's profiler saw them: every
+    # The collectives of one untimed step, as torch's profiler saw them: every
     # framework over torch.distributed moves the gradient somehow (DDP in one
     # all-reduce, FSDP2 and ZeRO in their own; Horovod's own thread is not
     # torch.distributed's).

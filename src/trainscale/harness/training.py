@@ -6,7 +6,6 @@ this module imports neither TensorFlow nor torch.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import time
@@ -132,6 +131,8 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         description = {**process_description(backend), "gpu_monitor": gpu}
         # Every process: a framework that shards the weights gathers them.
         final_weights = backend.trainable_weights() if options.save_weights else None
+        if settings.mode != "accuracy":
+            _observe_collectives(backend)
     except Exception as err:
         outcome = _outcome_of(backend, err)
         if outcome:
@@ -188,6 +189,19 @@ def _measure(backend: Backend, events: RunEvents, first_step: int, loss_value):
     return blocks, {"final_loss": loss_value}
 
 
+def _observe_collectives(backend: Backend) -> None:
+    """One more step, untimed and after the final weights, under the backend's
+    observer of collectives (collectives_per_step). Never before the timed
+    blocks: torch's profiler leaves CUPTI attached when it ends
+    (pytorch/pytorch#144455), and on an H200 every later step of the same
+    process ran about a sixth slower (bench/profiler_after_effect.py)."""
+    if type(backend).observe_collectives is Backend.observe_collectives:
+        return  # this backend observes none: no step to spend
+    with backend.observe_collectives():
+        loss = backend.step()
+    backend.read_loss(loss)
+
+
 def _save_weights(path: str, initial: list, final: list) -> None:
     """The trainable weights before and after (--save-weights), as the tests read them."""
     arrays = {f"initial_{i}": w for i, w in enumerate(initial)}
@@ -201,10 +215,7 @@ def _warm_up(backend: Backend, events: RunEvents) -> float:
     if backend.topology.is_chief:
         log(f"{who(settings)}: warm-up, {settings.warmup_steps} step(s)")
     for step in range(settings.warmup_steps):
-        # The last warm-up step is watched for the collectives it runs.
-        last = step == settings.warmup_steps - 1
-        with backend.observe_collectives() if last else contextlib.nullcontext():
-            loss = backend.step()
+        loss = backend.step()
         events.after_step(loss, 0)
         if step == 0:
             backend.after_first_step()
@@ -296,7 +307,7 @@ def _record(
         **_gpu_monitored(processes, summary, settings),
         **input_pipeline(processes, summary["images_per_sec"]["mean"]),
         "framework_config": backend.framework_config(),
-        # The collectives one (warm-up) step ran, where the backend observes them.
+        # The collectives one step ran, where the backend observes them.
         **(
             {"collectives_per_step": backend.collectives_per_step}
             if backend.collectives_per_step

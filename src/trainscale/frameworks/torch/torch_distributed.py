@@ -76,7 +76,8 @@ class TorchDistributed(TorchBackend):
     def observe_collectives(self):
         """Which collectives one step runs, and on how many elements: the
         process group's own operations (gloo:all_reduce, nccl:all_reduce, ...)
-        as torch's profiler sees them, over a warm-up step (never a timed one)."""
+        as torch's profiler sees them, over one step after the timed ones
+        (training._observe_collectives: never before them)."""
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
