@@ -131,7 +131,7 @@ def test_horovod_over_gloo_across_nodes(lab_campaign):
 
 
 def test_each_system_runs_on_its_own_partition_and_the_table_puts_them_side_by_side(
-    lab_campaign,
+    lab_campaign, record_property
 ):
     """cluster.systems on the lab's two node types (lab_studies.systems_study):
     a point of each reached its partition's nodes only, and the systems table
@@ -164,6 +164,8 @@ def test_each_system_runs_on_its_own_partition_and_the_table_puts_them_side_by_s
         assert set(hosts.split(",")) <= partition_nodes[system]
     figure = Path(study.repo, "results/slurm-lab-systems/figures/systems.png")
     assert figure.stat().st_size > 1000
+    tables = Path(study.repo, "results/slurm-lab-systems/tables")
+    show_in_the_log(record_property, (tables / "systems.md").read_text())
 
 
 def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab_campaign):
