@@ -131,8 +131,7 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         description = {**process_description(backend), "gpu_monitor": gpu}
         # Every process: a framework that shards the weights gathers them.
         final_weights = backend.trainable_weights() if options.save_weights else None
-        if settings.mode != "accuracy":
-            _observe_collectives(backend)
+        _observe_collectives(backend)
     except Exception as err:
         outcome = _outcome_of(backend, err)
         if outcome:
@@ -194,7 +193,10 @@ def _observe_collectives(backend: Backend) -> None:
     observer of collectives (collectives_per_step). Never before the timed
     blocks: torch's profiler leaves CUPTI attached when it ends
     (pytorch/pytorch#144455), and on an H200 every later step of the same
-    process ran about a sixth slower (bench/profiler_after_effect.py)."""
+    process ran about a sixth slower (bench/profiler_after_effect.py). Not in
+    accuracy mode, whose steps are all the curve's."""
+    if backend.settings.mode == "accuracy":
+        return
     if type(backend).observe_collectives is Backend.observe_collectives:
         return  # this backend observes none: no step to spend
     with backend.observe_collectives():
