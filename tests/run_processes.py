@@ -235,3 +235,18 @@ def memory_cgroup(limit_mb: int):
     if swap.exists():
         swap.write_text(limit)
     return folder
+
+
+def pin_this_xdist_worker() -> None:
+    """A pytest-xdist worker on cores of its own, which the runs it starts
+    inherit (trainscale.core.cpus reads the mask: one intra-op thread per
+    core it holds). Two workers on 2 cores, each with both cores' threads,
+    ran a torch process at 0.30-0.46 of its rate alone; on a core of its
+    own, at 0.97-1.23 (bench/oversubscription.sh, bench/README.md)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    cpus = sorted(os.sched_getaffinity(0))
+    if not worker or not count or len(cpus) < int(count):
+        return  # not a worker, or fewer cores than workers: nothing to divide
+    share, index = len(cpus) // int(count), int(worker.removeprefix("gw"))
+    os.sched_setaffinity(0, cpus[index * share : (index + 1) * share])

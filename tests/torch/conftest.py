@@ -17,3 +17,12 @@ def tensorflow_python() -> str:
             "set TRAINSCALE_TF_PYTHON"
         )
     return python
+
+
+def pytest_configure(config):
+    """Each xdist worker on a core of its own: this suite ran in 944 s so,
+    against 1133 s unpinned the same day (bench/README.md). Not the
+    TensorFlow suite: its two-rank Horovod runs on one core were slower."""
+    from run_processes import pin_this_xdist_worker
+
+    pin_this_xdist_worker()
