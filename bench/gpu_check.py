@@ -50,6 +50,9 @@ class Cell:
     options: tuple[str, ...] = ()  # more of `trainscale train`'s flags
     ladder: bool = False  # a GPT size: larger ones are skipped once one does not fit
     record: bool = False  # a whole `trainscale run` (its record's fields), not a comparison
+    # False: a GPU variant whose code another cell already runs (its options
+    # only), left out of --tiny, which proves on a CPU that every cell's code runs.
+    on_cpu: bool = True
 
     @property
     def imagenet(self) -> bool:
@@ -92,7 +95,8 @@ def cells(tiny: bool) -> list[Cell]:
         Cell(f"torch-single-{resnet}-b{b64}-bf16", "a", "torch-single", resnet, b64, "bf16"),
         Cell(f"torch-single-{resnet}-b{b64}-fp32", "a", "torch-single", resnet, b64, "fp32"),
         Cell(f"torch-ddp-{resnet}-b{b64}-bf16", "a", "torch-ddp", resnet, b64, "bf16"),
-        Cell(f"torch-ddp-{resnet}-b{b64}-fp32", "a", "torch-ddp", resnet, b64, "fp32"),
+        Cell(f"torch-ddp-{resnet}-b{b64}-fp32", "a", "torch-ddp", resnet, b64, "fp32",
+             on_cpu=False),
         # The same through `trainscale run`: the launcher, the record's NVML fields.
         Cell(f"record-torch-ddp-{resnet}-b{b64}-bf16", "a", "torch-ddp", resnet, b64, "bf16",
              record=True),
@@ -122,7 +126,8 @@ def cells(tiny: bool) -> list[Cell]:
         # (5) DeepSpeed ZeRO-0 and 3, each in a process of its own: DeepSpeed
         # keeps its process groups in module globals, which a second
         # engine's new group does not replace.
-        Cell(f"deepspeed-zero0-{sharded}-b{bs}-bf16", "b", "deepspeed", sharded, bs, "bf16"),
+        Cell(f"deepspeed-zero0-{sharded}-b{bs}-bf16", "b", "deepspeed", sharded, bs, "bf16",
+             on_cpu=False),
         Cell(f"deepspeed-zero3-{sharded}-b{bs}-bf16", "c", "deepspeed", sharded, bs, "bf16",
              ("--zero-stage", "3")),
         # (6) channels-last and torch.compile on the first cell; (7) VGG-16, batch 256.
@@ -137,9 +142,10 @@ def cells(tiny: bool) -> list[Cell]:
         # measured 0.79 of the in-process step with blocks of 10, each ending
         # in a sync and a gather; if longer blocks close the gap, that is why.
         Cell(f"record-torch-ddp-{resnet}-b{b64}-bf16-blocks-of-50", "d", "torch-ddp", resnet,
-             b64, "bf16", ("--steps-per-block", "50"), record=True),
+             b64, "bf16", ("--steps-per-block", "50"), record=True, on_cpu=False),
     ]  # fmt: skip
-    return image + ladder + fsdp + decoded + rest
+    every = image + ladder + fsdp + decoded + rest
+    return [cell for cell in every if cell.on_cpu or not tiny]
 
 
 # In the order they run: the decoded-input records and Lightning's after the
