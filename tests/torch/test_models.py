@@ -21,6 +21,11 @@ from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.frameworks.torch.torch_backend import torch_forward_flops_per_image
 from trainscale.frameworks.torch.torch_models import build_torch_model
 
+# Keras's counts (keras_counts) take most of a minute: every test of this
+# module on one pytest-xdist worker, while the other runs other tests (the
+# run store would share the counts, but the other worker would sit waiting).
+pytestmark = pytest.mark.xdist_group("keras-counts")
+
 SIZES = (32, 224)
 TORCH_IMAGE_MODELS = [name for name in TORCH_MODELS if name in IMAGE_MODELS]
 

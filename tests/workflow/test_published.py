@@ -8,7 +8,10 @@ import pytest
 from conftest import train_jobs
 from runs import show_in_the_log
 
-# Its module fixture is expensive: every test of it on one pytest-xdist worker.
+# Its module fixture is expensive: every test of it on one pytest-xdist
+# worker, while the other runs other tests (the run store would share the
+# rebuild, but the other worker would sit waiting for it).
+pytestmark = pytest.mark.xdist_group("published-cache")
 
 # Seed 000 as printed. Table II: rows = GPUs per node, columns = 1..4 nodes.
 TABLE_II = {

@@ -11,7 +11,10 @@ from conftest import REPO, load_yaml, train_jobs
 
 from trainscale.study.study import check_config, parse_knobs
 
-# Its module fixture is expensive: every test of it on one pytest-xdist worker.
+# Its module fixture is expensive: every test of it on one pytest-xdist
+# worker, while the other runs other tests (the run store would share the
+# rebuild, but the other worker would sit waiting for it).
+pytestmark = pytest.mark.xdist_group("seed004-cache")
 
 CONFIG = "results/seed004/config.yaml"
 # The seed's tables as printed, typed here apart from tools/make-seed004-records.py
