@@ -33,7 +33,7 @@ _KERAS_COUNTS = """
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
-from trainscale.frameworks.tensorflow.keras_models import build_model, forward_flops_per_image
+from trainscale.frameworks.tensorflow.keras_models import build_model, model_forward_flops
 
 counts = {}
 for name in sys.argv[1].split(","):
@@ -42,7 +42,7 @@ for name in sys.argv[1].split(","):
         counts[f"{name}@{size}"] = {
             "trainable": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
             "all": int(sum(np.prod(v.shape) for v in model.variables)),
-            "forward_flops": forward_flops_per_image(name, size, 100),
+            "forward_flops": model_forward_flops(model, size),
         }
 print(json.dumps(counts))
 """

@@ -147,9 +147,15 @@ def forward_flops_per_image(
     model_name: str, image_size: int, num_classes: int, channels: int = 3
 ) -> int:
     """FLOPs of one forward pass of one image, counted from the Keras model's graph."""
+    model = build_model(model_name, image_size, num_classes, channels)
+    return model_forward_flops(model, image_size, channels)
+
+
+def model_forward_flops(model, image_size: int, channels: int = 3) -> int:
+    """forward_flops_per_image of a model already built (a caller that
+    also counts its variables builds it once)."""
     import tensorflow as tf
 
-    model = build_model(model_name, image_size, num_classes, channels)
     spec = tf.TensorSpec([1, image_size, image_size, channels], tf.float32)
     # The traced forward pass: every op with static shapes, the weights as
     # variable reads (their shapes are all the count needs).
