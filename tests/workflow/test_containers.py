@@ -113,6 +113,26 @@ def test_a_container_needs_its_name_and_its_command_together():
     prepare_container("pyxis", "srun --container-image=x", in_slurm=True)
 
 
+def test_a_charliecloud_bind_onto_a_folder_the_image_lacks_is_refused_in_one_line(tmp_path):
+    # An image directory as make image unpacks it, its folders only.
+    image = tmp_path / "image"
+    (image / "etc").mkdir(parents=True)
+    command = f"ch-run -b /srv/data:/data --bind=/scratch -c /data {image} --"
+    with pytest.raises(SettingsError, match=rf"the image {image} has no folder /data to bind onto"):
+        prepare_container("charliecloud", command, in_slurm=False)
+    (image / "data").mkdir()
+    with pytest.raises(SettingsError, match="has no folder /scratch to bind onto"):
+        prepare_container("charliecloud", command, in_slurm=False)
+    (image / "scratch").mkdir()
+    prepare_container("charliecloud", command, in_slurm=False)
+    # ch-run shares the host's /tmp (unless --private-tmp): a folder there needs none.
+    prepare_container("charliecloud", f"ch-run -b {tmp_path} {image} --", in_slurm=False)
+    with pytest.raises(SettingsError, match="to bind onto"):
+        prepare_container("charliecloud", f"ch-run -t -b {tmp_path} {image} --", in_slurm=False)
+    # An image that is not a folder on this host (another node's) is not checked.
+    prepare_container("charliecloud", "ch-run -b /data /elsewhere/image --", in_slurm=True)
+
+
 def test_what_may_slow_a_container_is_read_from_the_process_itself():
     facts = isolation_facts()
     assert facts["dev_shm_mib"] > 0

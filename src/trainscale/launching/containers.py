@@ -152,6 +152,42 @@ def prepare_container(name: str, container_command: str, in_slurm: bool) -> None
         import getpass
 
         os.environ.setdefault("USER", getpass.getuser())
+        check_charliecloud_binds(container_argv(container_command))
+
+
+def _bind_destinations(words: list[str]) -> list[str]:
+    """The guest folders of ch-run's -b/--bind SRC[:DST] options (DST: SRC's path)."""
+    binds = []
+    for index, word in enumerate(words):
+        if word in ("-b", "--bind") and index + 1 < len(words):
+            binds.append(words[index + 1])
+        elif word.startswith("--bind="):
+            binds.append(word.removeprefix("--bind="))
+        elif word.startswith("-b") and len(word) > 2:
+            binds.append(word[2:])
+    return [bind.split(":", 1)[-1] for bind in binds]
+
+
+def check_charliecloud_binds(words: list[str]) -> None:
+    """Refuse, in one line, a bind onto a folder ch-run's image directory
+    lacks: ch-run 0.31 binds only onto a folder the image has, and fails
+    each rank at start ("can't mkdir: ...: Read-only file system"). /tmp is
+    the host's unless --private-tmp. An image not on this host is not checked."""
+    from trainscale.core.setting import SettingsError
+
+    if "--" not in words:
+        return
+    image = words[words.index("--") - 1]
+    shared_tmp = not {"-t", "--private-tmp"} & set(words)
+    for folder in _bind_destinations(words):
+        if not os.path.isdir(image) or (shared_tmp and folder.startswith("/tmp/")):
+            continue
+        if not os.path.isdir(os.path.join(image, folder.lstrip("/"))):
+            raise SettingsError(
+                f"--container-command ch-run: the image {image} has no folder {folder} to "
+                "bind onto (ch-run cannot make one in a read-only image): `make image` run "
+                "from this checkout makes its path there (tools/build-image.sh)"
+            )
 
 
 # Docker, unlike Podman, has no --env-host: a variable reaches a container
