@@ -104,8 +104,8 @@ def image_identity(container_command: str) -> dict:
         except (OSError, subprocess.TimeoutExpired):
             return {"image": image, "image_id": None}
         return {"image": image, "image_id": done.stdout.strip() or None}
-    if runtime == "charliecloud" and "--" in words:
-        image = words[words.index("--") - 1]
+    image = charliecloud_image(words) if runtime == "charliecloud" else None
+    if image:
         return {"image": image, "image_id": None, "image_path": os.path.realpath(image)}
     return {"image": None, "image_id": None}
 
@@ -155,6 +155,11 @@ def prepare_container(name: str, container_command: str, in_slurm: bool) -> None
         check_charliecloud_binds(container_argv(container_command))
 
 
+def charliecloud_image(words: list[str]) -> str | None:
+    """ch-run's IMAGE in `ch-run [options] IMAGE -- CMD`, or None without `--`."""
+    return words[words.index("--") - 1] if "--" in words else None
+
+
 def _bind_destinations(words: list[str]) -> list[str]:
     """The guest folders of ch-run's -b/--bind SRC[:DST] options (DST: SRC's path)."""
     binds = []
@@ -175,12 +180,12 @@ def check_charliecloud_binds(words: list[str]) -> None:
     the host's unless --private-tmp. An image not on this host is not checked."""
     from trainscale.core.setting import SettingsError
 
-    if "--" not in words:
+    image = charliecloud_image(words)
+    if not image or not os.path.isdir(image):
         return
-    image = words[words.index("--") - 1]
     shared_tmp = not {"-t", "--private-tmp"} & set(words)
     for folder in _bind_destinations(words):
-        if not os.path.isdir(image) or (shared_tmp and folder.startswith("/tmp/")):
+        if shared_tmp and folder.startswith("/tmp/"):
             continue
         if not os.path.isdir(os.path.join(image, folder.lstrip("/"))):
             raise SettingsError(
