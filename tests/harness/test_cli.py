@@ -190,9 +190,26 @@ def test_horovodrun_passes_every_rank_command_through_whole(monkeypatch):
     probe += ["--output", "probe.json"]
     for command in (train, probe):
         argv = horovod_command(2, "gloo", command)
-        launcher = argv.index("horovod.runner.launch")
+        launcher = argv.index("trainscale.launching.horovodrun")
         monkeypatch.setattr(sys, "argv", ["horovodrun", *argv[launcher + 1 :]])
         assert horovodrun.parse_args().command == command
+
+
+def test_a_rank_started_for_gloo_checks_that_horovod_has_it(monkeypatch):
+    # The launcher no longer asks (launching.horovodrun): each rank does.
+    import types
+
+    import horovod.tensorflow as hvd
+
+    from trainscale.launching.horovodrun import require_gloo
+
+    monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1")
+    require_gloo(hvd)  # this environment's Horovod was built with Gloo
+    without = types.SimpleNamespace(__name__="horovod.torch", gloo_built=lambda: False)
+    with pytest.raises(RuntimeError, match="horovod.torch was built without Gloo"):
+        require_gloo(without)
+    monkeypatch.delenv("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+    require_gloo(without)  # started by mpirun: Gloo is not asked for
 
 
 def test_mpirun_lets_cpu_ranks_yield_while_they_wait():

@@ -11,9 +11,8 @@ Imports neither TensorFlow nor torch.
 from __future__ import annotations
 
 import os
-import sys
 
-from trainscale.catalogue.launch_kinds import LaunchKind, Plan, Process
+from trainscale.catalogue.launch_kinds import HOROVODRUN_GLOO, LaunchKind, Plan, Process
 from trainscale.core import slurm
 from trainscale.core.ports import free_ports
 from trainscale.core.setting import Setting
@@ -218,7 +217,7 @@ class HorovodElastic(LaunchKind):
         with os.fdopen(handle, "w") as out:
             out.write("#!/bin/sh\n" + "\n".join(lines) + "\n")
         os.chmod(script, 0o755)
-        launch = [sys.executable, "-m", "horovod.runner.launch", "--gloo", "-np", str(processes)]
+        launch = [*HOROVODRUN_GLOO, "-np", str(processes)]
         launch += ["--min-np", str(settings.min_replicas), "--max-np", str(processes)]
         launch += ["--host-discovery-script", script, "--elastic-timeout", "60"]
         # Both names are this machine's loopback. Without the interface given,

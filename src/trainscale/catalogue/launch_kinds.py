@@ -214,14 +214,17 @@ class HorovodRanks(LaunchKind):
         return [], slurm.start_gloo_rendezvous(settings.nodes, per_node)
 
 
+# horovodrun --gloo, less its launch-time import of TensorFlow (launching.horovodrun).
+HOROVODRUN_GLOO = [sys.executable, "-m", "trainscale.launching.horovodrun", "--gloo"]
+
+
 def horovod_command(
     ranks: int, launcher: str, command: list[str], device: str = "gpu"
 ) -> list[str]:
     """`command` as `ranks` local Horovod ranks, started by mpirun or horovodrun --gloo."""
     if launcher == "gloo":
         hosts = f"localhost:{ranks}"
-        launch = [sys.executable, "-m", "horovod.runner.launch", "--gloo"]
-        return [*launch, "-np", str(ranks), "-H", hosts, *command]
+        return [*HOROVODRUN_GLOO, "-np", str(ranks), "-H", hosts, *command]
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise SettingsError("--horovod-launcher mpi: no mpirun on PATH (install openmpi-bin)")

@@ -293,8 +293,11 @@ def batches_trained(settings: RunSettings, timed_steps: int) -> int:
 
 def init_horovod(hvd, settings: RunSettings) -> None:
     """hvd.init() for horovod.tensorflow or horovod.torch, with trainscale's settings."""
+    from trainscale.launching.horovodrun import require_gloo
+
     if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
         os.environ.update(horovod_env_from_slurm())
+    require_gloo(hvd)
     # Read by Horovod's background thread when it starts, in hvd.init().
     threshold = round(settings.horovod_fusion_threshold_mb * 2**20)
     os.environ["HOROVOD_FUSION_THRESHOLD"] = str(threshold)

@@ -156,9 +156,11 @@ class HorovodRanks:
         import torch
 
         from trainscale.core.slurm import horovod_env_from_slurm
+        from trainscale.launching.horovodrun import require_gloo
 
         if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
             os.environ.update(horovod_env_from_slurm())
+        require_gloo(hvd)
         hvd.init()
         self.hvd, self.torch = hvd, torch
         self.backend = "mpi" if hvd.mpi_enabled() else "gloo"
