@@ -224,3 +224,21 @@ def test_mpirun_lets_cpu_ranks_yield_while_they_wait():
         return any(argv[i : i + 3] == yielding for i in range(len(argv)))
 
     assert yields("cpu") and not yields("gpu")
+
+
+def test_mpirun_authenticates_its_local_ranks_without_munge(monkeypatch):
+    # A munged that is not running cost every mpirun 2.3 s of PMIx retries
+    # (launch_kinds.mpirun_env); a user's own choice of plugin stands.
+    from trainscale.catalogue.launch_kinds import HorovodRanks
+    from trainscale.catalogue.settings import RunSettings
+
+    def mpirun_variables(launcher: str) -> dict:
+        settings = RunSettings(framework="horovod", device="cpu", horovod_launcher=launcher)
+        [process] = HorovodRanks().local_plan(2, ["python", "train.py"], settings)
+        return process.env
+
+    monkeypatch.delenv("PMIX_MCA_psec", raising=False)
+    assert mpirun_variables("mpi") == {"PMIX_MCA_psec": "native"}
+    assert mpirun_variables("gloo") == {}
+    monkeypatch.setenv("PMIX_MCA_psec", "munge")
+    assert mpirun_variables("mpi") == {}

@@ -194,7 +194,9 @@ class HorovodRanks(LaunchKind):
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         launcher, device = settings.horovod_launcher, settings.device
-        return [Process(horovod_command(processes, launcher, command, device), {})]
+        return [
+            Process(horovod_command(processes, launcher, command, device), mpirun_env(launcher))
+        ]
 
     def probe_transport(self, settings) -> str:
         return f"horovod-{settings.horovod_launcher}"
@@ -212,6 +214,18 @@ class HorovodRanks(LaunchKind):
             return ["--mpi=pmix"], yielding
         per_node = self.processes_per_node(settings.gpus_per_node, settings.device)
         return [], slurm.start_gloo_rendezvous(settings.nodes, per_node)
+
+
+def mpirun_env(launcher: str) -> dict[str, str]:
+    """mpirun's own variables on one machine. Its PMIx server authenticates
+    local clients by the first security plugin that answers: munge's, where
+    the munge package is installed (SLURM's, or the lab's), retries a munged
+    that is not running for 2.3 s before it falls back, on every launch.
+    The kernel's own check of the client's user id ("native") is what
+    one machine needs; a user's own choice of plugin stands."""
+    if launcher != "mpi" or "PMIX_MCA_psec" in os.environ:
+        return {}
+    return {"PMIX_MCA_psec": "native"}
 
 
 # horovodrun --gloo, less its launch-time import of TensorFlow (launching.horovodrun).
