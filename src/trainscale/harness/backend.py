@@ -36,6 +36,7 @@ import numpy as np
 from trainscale.catalogue.options import RunOptions
 from trainscale.catalogue.settings import RunSettings
 from trainscale.core.slurm import horovod_env_from_slurm
+from trainscale.launching.horovodrun import require_gloo
 
 
 class DeviceError(RuntimeError):
@@ -293,8 +294,6 @@ def batches_trained(settings: RunSettings, timed_steps: int) -> int:
 
 def init_horovod(hvd, settings: RunSettings) -> None:
     """hvd.init() for horovod.tensorflow or horovod.torch, with trainscale's settings."""
-    from trainscale.launching.horovodrun import require_gloo
-
     if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
         os.environ.update(horovod_env_from_slurm())
     require_gloo(hvd)
