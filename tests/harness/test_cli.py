@@ -201,7 +201,7 @@ def test_a_rank_started_for_gloo_checks_that_horovod_has_it(monkeypatch):
 
     import horovod.tensorflow as hvd
 
-    from trainscale.launching.horovodrun import require_gloo
+    from trainscale.core.horovod_ranks import require_gloo
 
     monkeypatch.setenv("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1")
     require_gloo(hvd)  # this environment's Horovod was built with Gloo

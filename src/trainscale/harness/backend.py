@@ -35,8 +35,8 @@ import numpy as np
 
 from trainscale.catalogue.options import RunOptions
 from trainscale.catalogue.settings import RunSettings
+from trainscale.core.horovod_ranks import require_gloo
 from trainscale.core.slurm import horovod_env_from_slurm
-from trainscale.launching.horovodrun import require_gloo
 
 
 class DeviceError(RuntimeError):

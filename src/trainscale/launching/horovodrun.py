@@ -6,25 +6,13 @@ forked process: horovod.tensorflow first, which imports all of TensorFlow
 (horovod.torch, and torch, where TensorFlow is absent). On the 2-core AMD VM
 that is 5.5 s of every `horovodrun --gloo` launch, before the ranks import
 the same extension again. Here the ranks make that check themselves, where
-the extension is loaded anyway (require_gloo); everything
+the extension is loaded anyway (core.horovod_ranks.require_gloo); everything
 else is `horovodrun`'s own code, with its own arguments.
 
     python -m trainscale.launching.horovodrun --gloo -np 2 -H localhost:2 python train.py
 
 trainscale starts it with --gloo only (catalogue.launch_kinds).
 """
-
-import os
-
-
-def require_gloo(hvd) -> None:
-    """In a rank (`hvd`: horovod.tensorflow or horovod.torch) started for
-    Gloo, before hvd.init(): fail where Horovod lacks it. Without Gloo,
-    hvd.init() would make each rank a world of its own over MPI."""
-    if "HOROVOD_GLOO_RENDEZVOUS_ADDR" in os.environ and not hvd.gloo_built():
-        raise RuntimeError(
-            f"{hvd.__name__} was built without Gloo: reinstall Horovod with HOROVOD_WITH_GLOO=1"
-        )
 
 
 def gloo_built(verbose: bool = False) -> bool:

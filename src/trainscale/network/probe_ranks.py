@@ -155,8 +155,8 @@ class HorovodRanks:
         import horovod.torch as hvd
         import torch
 
+        from trainscale.core.horovod_ranks import require_gloo
         from trainscale.core.slurm import horovod_env_from_slurm
-        from trainscale.launching.horovodrun import require_gloo
 
         if os.environ.get("TRAINSCALE_HOROVOD_GLOO_FROM_SLURM"):
             os.environ.update(horovod_env_from_slurm())
