@@ -19,16 +19,20 @@ from trainscale.core.setting import Setting
 
 # Set on each local elastic agent: the node it stands for (a node fault's).
 AGENT_INDEX = "TRAINSCALE_AGENT"
-# python -c WAIT_FOR_PORT HOST PORT ARGV...: run ARGV once HOST:PORT takes connections.
-WAIT_FOR_PORT = (
-    "import os, socket, sys, time\n"
+# python -c AGENT_ONCE_STORE_SERVES HOST PORT TORCHRUN_ARGS...: a torchrun
+# agent that joins once HOST:PORT (the first agent's store) takes
+# connections, having imported torch meanwhile: started after the first
+# agent's store, each agent's import (4 s of a core here) followed the first's.
+AGENT_ONCE_STORE_SERVES = (
+    "import socket, sys, time\n"
+    "from torch.distributed.run import main\n"
     "while True:\n"
     "    try:\n"
     "        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()\n"
     "        break\n"
     "    except OSError:\n"
     "        time.sleep(0.1)\n"
-    "os.execv(sys.argv[3], sys.argv[3:])\n"
+    "main(sys.argv[3:])\n"
 )
 
 # torchrun's rendezvous defaults (a last call of 30 s, a node dead after 3
@@ -152,10 +156,11 @@ class TorchElastic(LaunchKind):
         # whose host is the endpoint's, so here a race); the others start once
         # it serves, so the run needs only it, and a node fault on any other
         # agent is survivable.
-        wait = [command[0], "-c", WAIT_FOR_PORT, "127.0.0.1", str(port)]
+        waiting = [command[0], "-c", AGENT_ONCE_STORE_SERVES, "127.0.0.1", str(port)]
+        torchrun_args = argv[argv.index("torch.distributed.run") + 1 :]
         for index in range(1, processes):
             env = {AGENT_INDEX: str(index), **OWN_STORE_PER_ROUND, **machine}
-            plan.append(Process([*wait, *argv], env, required=False))
+            plan.append(Process([*waiting, *torchrun_args], env, required=False))
         return plan
 
     def slurm_plan(
