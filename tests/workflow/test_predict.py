@@ -195,3 +195,14 @@ def test_predict_needs_neither_tensorflow_nor_torch(tmp_path):
     assert set(predicted["nodes"]) == {1, 2, 8}
     # tf-mirrored is one node only: no multi-node prediction for it.
     assert set(predicted[predicted["framework"] == "tf-mirrored"]["nodes"]) == {1}
+
+
+def test_a_throughput_is_printed_whatever_its_size_and_only_a_bandwidth_is_unbounded():
+    # The demo's predicted.md once printed "unbounded (134201 to unbounded)"
+    # for a throughput at 128 GPUs: the bandwidths' marker, applied to it.
+    from trainscale.analysis.predict_report import UNBOUNDED_GB_PER_S, _band
+
+    assert _band(134201.4, 120000.2, 150000.3, digits=0) == "134201 (120000 to 150000)"
+    assert _band(5.6, 5.6, 2e9, spec=".3g", unbounded_above=UNBOUNDED_GB_PER_S) == (
+        "5.6 (5.6 to unbounded)"
+    )
