@@ -1,0 +1,126 @@
+"""What one rank of a GPT training step holds, known before any run: its
+model states (parameters, gradients, optimizer states) and the activations
+its forward pass keeps for the backward one. A plan's first question about a
+configuration is whether it fits.
+
+Model states, as the ZeRO paper counts them (Rajbhandari et al. 2020, §3.1):
+Ψ parameters trained with Adam in mixed precision hold 2Ψ bytes of 16-bit
+weights, 2Ψ of 16-bit gradients and KΨ of optimizer states, K = 12 (an fp32
+copy of the weights and Adam's two moments); kept in fp32 (torch's autocast
+keeps the model in fp32), 4Ψ + 4Ψ and K = 8. Plain SGD keeps no state of its
+own. ZeRO stage 1 splits the optimizer states over the data-parallel ranks,
+stage 2 the gradients too, stage 3 (and FSDP2) the weights too; tensor and
+pipeline parallelism split the model before any of that.
+
+Activations: what autograd saves in one forward of trainscale's own GPT
+(frameworks/torch/torch_gpt.py) and its loss, tensor by tensor; a test holds
+each count to the bytes `torch.autograd.graph.saved_tensors_hooks` sees
+(tests/torch/test_memory_model.py). It is Korthikanti et al. 2022's
+accounting (§4.1: 34sbh + 5as²b bytes a layer, in 16 bits) for this network,
+which has no dropout (their three masks and dropout's output) and uses
+`scaled_dot_product_attention`, whose flash kernels keep one fp32
+log-sum-exp per head and token instead of the a·s² softmax. In fp32 a block
+keeps 16 numbers per token and width: its input, its two layer norms' input
+and output, q, k and v, attention's output, and the MLP's 4-wide hidden
+layer before and after GELU. Under autocast the layer norms and the residual
+stream stay in fp32, each projection casts the norm's output to 16 bits
+anew (three copies for q, k and v), and the 16-bit copies of the weights are
+kept for backward too. With activation checkpointing a block keeps its
+input only (and recomputes the rest in backward, one block at a time).
+"""
+
+from __future__ import annotations
+
+from trainscale.core.gpt import GPT_SHAPES, MLP_RATIO, GptShape
+
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Optimizer state an fp32 model's parameter holds (Adam: two moments).
+OPTIMIZER_STATE_BYTES = {"adam": 8, "sgd": 0}
+# int64 token ids kept by the embeddings and the loss: 8 bytes each.
+ID_BYTES = 8
+
+
+def model_state_bytes(
+    parameters: int,
+    optimizer: str = "adam",
+    weights: str = "fp32",
+    data_parallel: int = 1,
+    zero_stage: int = 0,
+    model_parallel: int = 1,
+) -> dict[str, float]:
+    """One rank's parameters, gradients and optimizer states, in bytes.
+
+    `weights`: what the framework keeps the model in, fp32 (autocast, or no
+    mixed precision) or a 16-bit type with an fp32 master copy in the
+    optimizer (DeepSpeed's bf16 and fp16). `model_parallel`: the tensor x
+    pipeline ranks that split the model evenly first. `zero_stage` 1-3
+    splits over the `data_parallel` ranks (FSDP2 is stage 3)."""
+    share = parameters / model_parallel
+    weight = BYTES[weights]
+    optimizer_bytes = OPTIMIZER_STATE_BYTES[optimizer]
+    if weights != "fp32":
+        optimizer_bytes += BYTES["fp32"]  # the master copy
+    split = [data_parallel if zero_stage >= stage else 1 for stage in (3, 2, 1)]
+    return {
+        "parameters": weight * share / split[0],
+        "gradients": weight * share / split[1],
+        "optimizer": optimizer_bytes * share / split[2],
+    }
+
+
+def _block_bytes(shape: GptShape, tokens: int, precision: str) -> int:
+    """What one block keeps for backward, `tokens` = batch x sequence."""
+    width, heads = shape.width, shape.heads
+    hidden = MLP_RATIO * width
+    norm_stats = 2 * 2 * tokens * BYTES["fp32"]  # mean and 1/std, two norms
+    log_sum_exp = heads * tokens * BYTES["fp32"]
+    if precision == "fp32":
+        # input, norm out, q, k, v, attention out, norm in, norm out; MLP in
+        # and out of GELU at 4x.
+        return BYTES["fp32"] * (8 * width + 2 * hidden) * tokens + norm_stats + log_sum_exp
+    half = BYTES[precision]
+    fp32_stream = 2 * width * tokens * BYTES["fp32"]  # each norm's input
+    # q, k and v each cast the norm's output anew; then q, k, v, attention's
+    # output, the MLP norm's cast output and the MLP's two 4x activations.
+    half_copies = (3 + 3 + 1 + 1) * width + 2 * hidden
+    return fp32_stream + half * half_copies * tokens + norm_stats + log_sum_exp
+
+
+def _half_weight_copies(shape: GptShape, vocabulary: int, precision: str, blocks: bool) -> int:
+    """Autocast's 16-bit copies of the head's Linear weight and, unless the
+    blocks are recomputed (`blocks` False), of every block's, kept for backward."""
+    if precision == "fp32":
+        return 0
+    width, hidden = shape.width, MLP_RATIO * shape.width
+    per_block = 4 * width * width + 2 * width * hidden
+    return BYTES[precision] * (shape.layers * per_block * blocks + width * vocabulary)
+
+
+def activation_bytes(
+    model: str,
+    batch: int,
+    seq_len: int,
+    vocabulary: int,
+    precision: str = "fp32",
+    checkpointing: bool = False,
+) -> int:
+    """Bytes the forward pass and the loss keep for backward (one microbatch
+    of `batch` sequences; every block, as one rank of data parallelism
+    holds them). `precision`: fp32, or bf16/fp16 under torch's autocast."""
+    shape = GPT_SHAPES[model]
+    tokens = batch * seq_len
+    if checkpointing:
+        blocks = shape.layers * shape.width * tokens * BYTES["fp32"]  # each input
+    else:
+        blocks = shape.layers * _block_bytes(shape, tokens, precision)
+    head_input = BYTES[precision] if precision != "fp32" else BYTES["fp32"]
+    final = (
+        shape.width * tokens * (BYTES["fp32"] + head_input)  # final norm in, head in
+        + 2 * tokens * BYTES["fp32"]  # its mean and 1/std
+        + vocabulary * tokens * BYTES["fp32"]  # log-softmax's output, in fp32
+        + BYTES["fp32"]  # the loss's total weight (one number)
+    )
+    ids = ID_BYTES * (2 * tokens + seq_len)  # token ids, targets, positions
+    weights = _half_weight_copies(shape, vocabulary, precision, blocks=not checkpointing)
+    return blocks + final + ids + weights
+
