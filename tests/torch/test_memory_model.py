@@ -7,17 +7,19 @@ import torch
 import torch.nn.functional as F
 
 from trainscale.analysis.memory_model import activation_bytes, model_state_bytes
-from trainscale.frameworks.torch.torch_gpt import Gpt
+from trainscale.core.gpt import GPT_SHAPES
+from trainscale.frameworks.torch.torch_gpt import Gpt, keep_stage
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def saved_for_backward(model: str, batch: int, seq_len: int, vocabulary: int, precision: str,
-                       checkpointing: bool) -> int:  # fmt: skip
-    """Bytes of every distinct storage autograd saves in one forward and
-    loss of the model, its own parameters left out (they are model states)."""
+                       checkpointing: bool, stage: int = 0, stages: int = 1) -> int:  # fmt: skip
+    """Bytes of every distinct storage autograd saves in one forward (and
+    loss, on the last stage) of pipeline stage `stage` of `stages` of the
+    model, its own parameters left out (they are model states)."""
     torch.manual_seed(0)
-    gpt = Gpt(model, seq_len, vocabulary)
+    gpt = keep_stage(Gpt(model, seq_len, vocabulary), stage, stages)
     gpt.checkpoint_activations = checkpointing
     parameters = {p.untyped_storage().data_ptr() for p in gpt.parameters()}
     saved = {}
@@ -28,14 +30,18 @@ def saved_for_backward(model: str, batch: int, seq_len: int, vocabulary: int, pr
             saved[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    tokens = torch.randint(0, vocabulary, (batch, seq_len))
+    if stage == 0:
+        inputs = torch.randint(0, vocabulary, (batch, seq_len))
+    else:  # the activations the stage before sent
+        width = GPT_SHAPES[model].width
+        inputs = torch.randn(batch, seq_len, width, requires_grad=True)
     targets = torch.randint(0, vocabulary, (batch, seq_len))
     dtype = AUTOCAST.get(precision)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         with torch.autocast("cpu", dtype, enabled=dtype is not None):
-            logits = gpt(tokens)
-        # The loss as the torch backends take it (torch_backend.loss).
-        F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), reduction="sum")
+            outputs = gpt(inputs)
+        if stage == stages - 1:  # the loss as the torch backends take it (torch_backend.loss)
+            F.cross_entropy(outputs.float().flatten(0, -2), targets.flatten(), reduction="sum")
     return sum(saved.values())
 
 
@@ -56,6 +62,15 @@ def test_the_activations_are_what_autograd_saves_to_the_byte(
     measured = saved_for_backward(model, batch, seq_len, vocabulary, precision, checkpointing)
     predicted = activation_bytes(model, batch, seq_len, vocabulary, precision, checkpointing)
     assert predicted == measured
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_each_pipeline_stage_keeps_its_own_blocks_ends_and_weight_copies(precision):
+    # gpt-mini's 4 blocks over 3 stages: 2, 1 and 1 (torch_gpt.stage_blocks).
+    for stage in range(3):
+        measured = saved_for_backward("gpt-mini", 2, 32, 256, precision, False, stage, 3)
+        predicted = activation_bytes("gpt-mini", 2, 32, 256, precision, False, stage, 3)
+        assert predicted == measured, stage
 
 
 def test_model_states_are_the_zero_papers_counts():

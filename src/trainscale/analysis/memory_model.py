@@ -86,14 +86,22 @@ def _block_bytes(shape: GptShape, tokens: int, precision: str) -> int:
     return fp32_stream + half * half_copies * tokens + norm_stats + log_sum_exp
 
 
-def _half_weight_copies(shape: GptShape, vocabulary: int, precision: str, blocks: bool) -> int:
-    """Autocast's 16-bit copies of the head's Linear weight and, unless the
-    blocks are recomputed (`blocks` False), of every block's, kept for backward."""
+def stage_blocks(layers: int, stage: int, stages: int) -> int:
+    """How many blocks pipeline stage `stage` of `stages` holds: consecutive
+    runs, the first stages one more where they do not split evenly (as
+    frameworks/torch/torch_gpt.py's stage_blocks cuts them)."""
+    per, extra = divmod(layers, stages)
+    return per + (stage < extra)
+
+
+def _half_weight_copies(shape: GptShape, blocks: int, head_outputs: int, precision: str) -> int:
+    """Autocast's 16-bit copies of the Linear weights of `blocks` blocks and
+    of a head of `head_outputs` (the vocabulary; 0: no head), kept for backward."""
     if precision == "fp32":
         return 0
     width, hidden = shape.width, MLP_RATIO * shape.width
     per_block = 4 * width * width + 2 * width * hidden
-    return BYTES[precision] * (shape.layers * per_block * blocks + width * vocabulary)
+    return BYTES[precision] * (blocks * per_block + width * head_outputs)
 
 
 def activation_bytes(
@@ -103,24 +111,32 @@ def activation_bytes(
     vocabulary: int,
     precision: str = "fp32",
     checkpointing: bool = False,
+    stage: int = 0,
+    stages: int = 1,
 ) -> int:
-    """Bytes the forward pass and the loss keep for backward (one microbatch
-    of `batch` sequences; every block, as one rank of data parallelism
-    holds them). `precision`: fp32, or bf16/fp16 under torch's autocast."""
+    """Bytes the forward pass and the loss keep for backward, for one
+    (micro)batch of `batch` sequences, on pipeline stage `stage` of
+    `stages` (the first holds the token ids, the last the final norm, the
+    head and the loss; one stage: the whole model, as a data-parallel rank
+    holds it). `precision`: fp32, or bf16/fp16 under torch's autocast."""
     shape = GPT_SHAPES[model]
     tokens = batch * seq_len
+    blocks = stage_blocks(shape.layers, stage, stages)
     if checkpointing:
-        blocks = shape.layers * shape.width * tokens * BYTES["fp32"]  # each input
+        kept = blocks * shape.width * tokens * BYTES["fp32"]  # each block's input
     else:
-        blocks = shape.layers * _block_bytes(shape, tokens, precision)
-    head_input = BYTES[precision] if precision != "fp32" else BYTES["fp32"]
-    final = (
-        shape.width * tokens * (BYTES["fp32"] + head_input)  # final norm in, head in
-        + 2 * tokens * BYTES["fp32"]  # its mean and 1/std
-        + vocabulary * tokens * BYTES["fp32"]  # log-softmax's output, in fp32
-        + BYTES["fp32"]  # the loss's total weight (one number)
-    )
-    ids = ID_BYTES * (2 * tokens + seq_len)  # token ids, targets, positions
-    weights = _half_weight_copies(shape, vocabulary, precision, blocks=not checkpointing)
-    return blocks + final + ids + weights
-
+        kept = blocks * _block_bytes(shape, tokens, precision)
+    if stage == 0:
+        kept += ID_BYTES * (tokens + seq_len)  # the token and position ids
+    last = stage == stages - 1
+    if last:
+        head_input = BYTES[precision] if precision != "fp32" else BYTES["fp32"]
+        kept += (
+            shape.width * tokens * (BYTES["fp32"] + head_input)  # final norm in, head in
+            + 2 * tokens * BYTES["fp32"]  # its mean and 1/std
+            + vocabulary * tokens * BYTES["fp32"]  # log-softmax's output, in fp32
+            + ID_BYTES * tokens  # the targets
+            + BYTES["fp32"]  # the loss's total weight (one number)
+        )
+    copied = 0 if checkpointing else blocks  # a recomputed block's copies are made anew
+    return kept + _half_weight_copies(shape, copied, vocabulary * last, precision)
