@@ -2,6 +2,8 @@
 models: the ZeRO paper's own counts of model states, and, byte for byte,
 the tensors autograd saves in a forward pass of trainscale's torch GPT."""
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,11 +23,15 @@ def saved_for_backward(model: str, batch: int, seq_len: int, vocabulary: int, pr
     torch.manual_seed(0)
     gpt = keep_stage(Gpt(model, seq_len, vocabulary), stage, stages)
     gpt.checkpoint_activations = checkpointing
-    parameters = {p.untyped_storage().data_ptr() for p in gpt.parameters()}
+    return _saved_in_forward(gpt, model, batch, seq_len, vocabulary, precision, stage, stages)
+
+
+def _saved_in_forward(gpt, model, batch, seq_len, vocabulary, precision, stage, stages) -> int:
+    parameters = {_storage(p).data_ptr() for p in gpt.parameters()}
     saved = {}
 
     def pack(tensor):
-        storage = tensor.untyped_storage()
+        storage = _storage(tensor)
         if storage.data_ptr() not in parameters:
             saved[storage.data_ptr()] = storage.nbytes()
         return tensor
@@ -62,6 +68,53 @@ def test_the_activations_are_what_autograd_saves_to_the_byte(
     measured = saved_for_backward(model, batch, seq_len, vocabulary, precision, checkpointing)
     predicted = activation_bytes(model, batch, seq_len, vocabulary, precision, checkpointing)
     assert predicted == measured
+
+
+def _storage(tensor):
+    """A tensor's storage; a tensor-parallel one's (a DTensor) its local shard's."""
+    return getattr(tensor, "_local_tensor", tensor).untyped_storage()
+
+
+def _tensor_parallel_rank(rank: int, port: int, results) -> None:
+    """One of 2 gloo ranks splitting gpt-mini's blocks as torch-tp does: what
+    a forward keeps, in fp32 and under bf16 autocast."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    from trainscale.frameworks.torch.torch_tp import COLUMNWISE, ROWWISE
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    mesh = init_device_mesh("cpu", (2,))
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        gpt = Gpt("gpt-mini", 32, 256)
+        plan = {name: ColwiseParallel() for name in COLUMNWISE}
+        plan.update({name: RowwiseParallel() for name in ROWWISE})
+        for block in gpt.blocks.values():
+            parallelize_module(block, mesh, plan)
+        saved = _saved_in_forward(gpt, "gpt-mini", 2, 32, 256, precision, 0, 1)
+        results[rank, precision] = saved
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two processes' torch imports and a gloo group: not the inner loop
+def test_a_tensor_parallel_rank_keeps_the_split_share_of_each_block():
+    from trainscale.core.ports import free_ports
+
+    with torch.multiprocessing.Manager() as manager:
+        results = manager.dict()
+        port = free_ports(1)[0]
+        torch.multiprocessing.spawn(_tensor_parallel_rank, args=(port, results), nprocs=2)
+        measured = dict(results)
+    for precision in ("fp32", "bf16"):
+        predicted = activation_bytes("gpt-mini", 2, 32, 256, precision, tensor_parallel=2)
+        assert [measured[rank, precision] for rank in (0, 1)] == [predicted] * 2, precision
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -68,22 +68,27 @@ def model_state_bytes(
     }
 
 
-def _block_bytes(shape: GptShape, tokens: int, precision: str) -> int:
-    """What one block keeps for backward, `tokens` = batch x sequence."""
-    width, heads = shape.width, shape.heads
+def _block_bytes(shape: GptShape, tokens: int, precision: str, tensor_parallel: int = 1) -> int:
+    """What one block keeps for backward, `tokens` = batch x sequence, on
+    one of `tensor_parallel` ranks splitting it as Megatron-LM does (q, k,
+    v and the MLP's input projection by columns, the output projections by
+    rows): the norms and the residual stream stay whole on every rank, what
+    lies between the projections is split."""
+    width, t = shape.width, tensor_parallel
     hidden = MLP_RATIO * width
     norm_stats = 2 * 2 * tokens * BYTES["fp32"]  # mean and 1/std, two norms
-    log_sum_exp = heads * tokens * BYTES["fp32"]
+    log_sum_exp = shape.heads // t * tokens * BYTES["fp32"]
+    # q, k, v and attention's output, the MLP's two 4x activations: split.
+    split = (4 * width + 2 * hidden) // t * tokens
     if precision == "fp32":
-        # input, norm out, q, k, v, attention out, norm in, norm out; MLP in
-        # and out of GELU at 4x.
-        return BYTES["fp32"] * (8 * width + 2 * hidden) * tokens + norm_stats + log_sum_exp
+        # the input and the attention norm's output; the MLP norm's in and out
+        return BYTES["fp32"] * (4 * width * tokens + split) + norm_stats + log_sum_exp
     half = BYTES[precision]
     fp32_stream = 2 * width * tokens * BYTES["fp32"]  # each norm's input
-    # q, k and v each cast the norm's output anew; then q, k, v, attention's
-    # output, the MLP norm's cast output and the MLP's two 4x activations.
-    half_copies = (3 + 3 + 1 + 1) * width + 2 * hidden
-    return fp32_stream + half * half_copies * tokens + norm_stats + log_sum_exp
+    # q, k and v each cast the attention norm's output anew, the MLP's input
+    # projection the MLP norm's: whole on every rank.
+    casts = 4 * width * tokens
+    return fp32_stream + half * (casts + split) + norm_stats + log_sum_exp
 
 
 def stage_blocks(layers: int, stage: int, stages: int) -> int:
@@ -94,13 +99,16 @@ def stage_blocks(layers: int, stage: int, stages: int) -> int:
     return per + (stage < extra)
 
 
-def _half_weight_copies(shape: GptShape, blocks: int, head_outputs: int, precision: str) -> int:
-    """Autocast's 16-bit copies of the Linear weights of `blocks` blocks and
-    of a head of `head_outputs` (the vocabulary; 0: no head), kept for backward."""
+def _half_weight_copies(
+    shape: GptShape, blocks: int, head_outputs: int, precision: str, tensor_parallel: int = 1
+) -> int:
+    """Autocast's 16-bit copies of the Linear weights of `blocks` blocks (a
+    tensor-parallel rank's share) and of a head of `head_outputs` (the
+    vocabulary; 0: no head), kept for backward."""
     if precision == "fp32":
         return 0
     width, hidden = shape.width, MLP_RATIO * shape.width
-    per_block = 4 * width * width + 2 * width * hidden
+    per_block = (4 * width * width + 2 * width * hidden) // tensor_parallel
     return BYTES[precision] * (blocks * per_block + width * head_outputs)
 
 
@@ -113,6 +121,7 @@ def activation_bytes(
     checkpointing: bool = False,
     stage: int = 0,
     stages: int = 1,
+    tensor_parallel: int = 1,
 ) -> int:
     """Bytes the forward pass and the loss keep for backward, for one
     (micro)batch of `batch` sequences, on pipeline stage `stage` of
@@ -125,7 +134,7 @@ def activation_bytes(
     if checkpointing:
         kept = blocks * shape.width * tokens * BYTES["fp32"]  # each block's input
     else:
-        kept = blocks * _block_bytes(shape, tokens, precision)
+        kept = blocks * _block_bytes(shape, tokens, precision, tensor_parallel)
     if stage == 0:
         kept += ID_BYTES * (tokens + seq_len)  # the token and position ids
     last = stage == stages - 1
@@ -139,4 +148,4 @@ def activation_bytes(
             + BYTES["fp32"]  # the loss's total weight (one number)
         )
     copied = 0 if checkpointing else blocks  # a recomputed block's copies are made anew
-    return kept + _half_weight_copies(shape, copied, vocabulary * last, precision)
+    return kept + _half_weight_copies(shape, copied, vocabulary * last, precision, tensor_parallel)

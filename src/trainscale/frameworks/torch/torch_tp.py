@@ -20,8 +20,8 @@ from trainscale.frameworks.torch.torch_distributed import TorchDistributed
 from trainscale.frameworks.torch.torch_fsdp import shard_units, whole_weights
 
 # Megatron-LM's split of a block (torchtitan's plan, without sequence parallelism).
-_COLUMNWISE = ("attention.wq", "attention.wk", "attention.wv", "mlp.fc")
-_ROWWISE = ("attention.wo", "mlp.proj")
+COLUMNWISE = ("attention.wq", "attention.wk", "attention.wv", "mlp.fc")
+ROWWISE = ("attention.wo", "mlp.proj")
 
 
 class TensorParallel(TorchDistributed):
@@ -42,8 +42,8 @@ class TensorParallel(TorchDistributed):
 
         dp, tp = self.mesh_shape()
         self.mesh = init_device_mesh(self.device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
-        plan = {name: ColwiseParallel() for name in _COLUMNWISE}
-        plan.update({name: RowwiseParallel() for name in _ROWWISE})
+        plan = {name: ColwiseParallel() for name in COLUMNWISE}
+        plan.update({name: RowwiseParallel() for name in ROWWISE})
         for block in module.blocks.values():
             parallelize_module(block, self.mesh["tp"], plan)
         self.gradient_scale = float(dp)  # FSDP2 averages over dp; tp needs no reduction
