@@ -8,8 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainscale.analysis.memory_model import activation_bytes, model_state_bytes
-from trainscale.core.gpt import GPT_SHAPES
+from trainscale.analysis.memory_model import (
+    activation_bytes,
+    model_state_bytes,
+    rank_parameters,
+)
+from trainscale.core.gpt import GPT_SHAPES, parameter_count
 from trainscale.frameworks.torch.torch_gpt import Gpt, keep_stage
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -100,6 +104,7 @@ def _tensor_parallel_rank(rank: int, port: int, results) -> None:
             parallelize_module(block, mesh, plan)
         saved = _saved_in_forward(gpt, "gpt-mini", 2, 32, 256, precision, 0, 1)
         results[rank, precision] = saved
+    results[rank, "parameters"] = sum(_storage(p).nbytes() // 4 for p in gpt.parameters())
     dist.destroy_process_group()
 
 
@@ -115,6 +120,8 @@ def test_a_tensor_parallel_rank_keeps_the_split_share_of_each_block():
     for precision in ("fp32", "bf16"):
         predicted = activation_bytes("gpt-mini", 2, 32, 256, precision, tensor_parallel=2)
         assert [measured[rank, precision] for rank in (0, 1)] == [predicted] * 2, precision
+    parameters = rank_parameters("gpt-mini", 32, 256, tensor_parallel=2)
+    assert [measured[rank, "parameters"] for rank in (0, 1)] == [parameters] * 2
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -124,6 +131,8 @@ def test_each_pipeline_stage_keeps_its_own_blocks_ends_and_weight_copies(precisi
         measured = saved_for_backward("gpt-mini", 2, 32, 256, precision, False, stage, 3)
         predicted = activation_bytes("gpt-mini", 2, 32, 256, precision, False, stage, 3)
         assert predicted == measured, stage
+        held = keep_stage(Gpt("gpt-mini", 32, 256), stage, 3).parameters()
+        assert rank_parameters("gpt-mini", 32, 256, 1, stage, 3) == sum(p.numel() for p in held)
 
 
 def test_model_states_are_the_zero_papers_counts():
@@ -134,9 +143,12 @@ def test_model_states_are_the_zero_papers_counts():
         for stage in (0, 1, 2, 3)
     ]
     assert gigabytes == [120.0, 31.4, 16.6, 1.9]
-    # Autocast keeps the model in fp32: 4 + 4 + 8 bytes a parameter, split
-    # by tensor x pipeline ranks first; plain SGD keeps no state.
-    assert model_state_bytes(1000, "adam", model_parallel=4) == {
+    # Autocast keeps the model in fp32: 4 + 4 + 8 bytes a parameter; plain
+    # SGD keeps no state.
+    assert model_state_bytes(250, "adam") == {
         "parameters": 1000.0, "gradients": 1000.0, "optimizer": 2000.0,
     }  # fmt: skip
     assert model_state_bytes(1000, "sgd", data_parallel=2, zero_stage=3)["optimizer"] == 0
+    # Unsplit, a rank holds the whole model, as core.gpt counts it.
+    for model in GPT_SHAPES:
+        assert rank_parameters(model, 1024, 50257) == parameter_count(model, 1024, 50257)

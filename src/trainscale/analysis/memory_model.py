@@ -31,7 +31,7 @@ input only (and recomputes the rest in backward, one block at a time).
 
 from __future__ import annotations
 
-from trainscale.core.gpt import GPT_SHAPES, MLP_RATIO, GptShape
+from trainscale.core.gpt import GPT_SHAPES, MLP_RATIO, GptShape, embedding_parameters
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # Optimizer state an fp32 model's parameter holds (Adam: two moments).
@@ -46,16 +46,16 @@ def model_state_bytes(
     weights: str = "fp32",
     data_parallel: int = 1,
     zero_stage: int = 0,
-    model_parallel: int = 1,
 ) -> dict[str, float]:
-    """One rank's parameters, gradients and optimizer states, in bytes.
+    """The bytes of the parameters, gradients and optimizer states of a rank
+    holding `parameters` before any ZeRO split (rank_parameters: after the
+    tensor and pipeline splits).
 
     `weights`: what the framework keeps the model in, fp32 (autocast, or no
     mixed precision) or a 16-bit type with an fp32 master copy in the
-    optimizer (DeepSpeed's bf16 and fp16). `model_parallel`: the tensor x
-    pipeline ranks that split the model evenly first. `zero_stage` 1-3
-    splits over the `data_parallel` ranks (FSDP2 is stage 3)."""
-    share = parameters / model_parallel
+    optimizer (DeepSpeed's bf16 and fp16). `zero_stage` 1-3 splits over the
+    `data_parallel` ranks (FSDP2 is stage 3)."""
+    share = parameters
     weight = BYTES[weights]
     optimizer_bytes = OPTIMIZER_STATE_BYTES[optimizer]
     if weights != "fp32":
@@ -66,6 +66,32 @@ def model_state_bytes(
         "gradients": weight * share / split[1],
         "optimizer": optimizer_bytes * share / split[2],
     }
+
+
+def rank_parameters(
+    model: str,
+    seq_len: int,
+    vocabulary: int,
+    tensor_parallel: int = 1,
+    stage: int = 0,
+    stages: int = 1,
+) -> int:
+    """The parameters one rank holds before any ZeRO or FSDP2 split: its
+    pipeline stage's blocks, each split over `tensor_parallel` ranks (the
+    column-split projections' weights and biases divided, the row-split
+    ones' weights divided and biases whole, the norms whole), with the
+    embeddings on the first stage and the final norm and head on the last."""
+    shape = GPT_SHAPES[model]
+    width, hidden, t = shape.width, MLP_RATIO * shape.width, tensor_parallel
+    columns = (3 * (width * width + width) + width * hidden + hidden) // t  # q, k, v; MLP in
+    rows = (width * width + hidden * width) // t + 2 * width  # attention out, MLP out
+    block = columns + rows + 2 * 2 * width  # and the two norms
+    held = stage_blocks(shape.layers, stage, stages) * block
+    if stage == 0:
+        held += embedding_parameters(shape, seq_len, vocabulary)
+    if stage == stages - 1:
+        held += 2 * width + width * vocabulary  # the final norm and the head
+    return held
 
 
 def _block_bytes(shape: GptShape, tokens: int, precision: str, tensor_parallel: int = 1) -> int:
