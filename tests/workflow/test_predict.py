@@ -206,3 +206,19 @@ def test_a_throughput_is_printed_whatever_its_size_and_only_a_bandwidth_is_unbou
     assert _band(5.6, 5.6, 2e9, spec=".3g", unbounded_above=UNBOUNDED_GB_PER_S) == (
         "5.6 (5.6 to unbounded)"
     )
+
+
+def test_a_prediction_past_the_measured_cells_says_what_it_assumed():
+    # One node's cells (1 to 8 GPUs): inside them nothing is assumed; past
+    # them the table says which reach and which never-measured link it took.
+    from trainscale.analysis.predict_report import predicted_table
+
+    full = synthetic_series("ring", noise=0.01)
+    one_node = dataclasses.replace(full, cells=tuple(c for c in full.cells if c.nodes == 1))
+    table = predicted_table({one_node: bootstrap(one_node, fits=10)}, [1, 2], [4, 16])
+    assumed = {(row.nodes, row.gpus_per_node): row.assumed for row in table.itertuples()}
+    assert assumed[1, 4] == ""
+    assert assumed[1, 16] == "more GPUs per node than measured (8)"
+    assert assumed[2, 4] == (
+        "more nodes than measured (1); inter-node link never measured: taken equal to the other"
+    )

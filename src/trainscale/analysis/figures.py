@@ -229,8 +229,9 @@ def refactoring_tradeoff(combined: pd.DataFrame, refactoring: pd.DataFrame, path
 
 def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
     """Per fitted series: the measured cells (mean ± std), the predicted
-    throughput for each GPUs-per-node of the target grid with its 95 % band,
-    and the ideal line (the 1-GPU rate times the GPUs)."""
+    throughput for each GPUs-per-node of the target grid with its 95 % band
+    (hollow circles where it assumes what no cell measured), and the ideal
+    line (the 1-GPU rate times the GPUs)."""
     shown = [s for s in series_list if s in fitted and not isinstance(fitted[s], str)]
     sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
     columns = min(3, max(1, len(shown)))
@@ -249,6 +250,10 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
                     label=f"predicted, {gpus_per_node} GPUs/node")  # fmt: skip
             band = (line["low_images_per_sec"], line["high_images_per_sec"])
             ax.fill_between(line["gpus"], *band, color=style["color"], alpha=0.2)
+            # Beyond what was measured (the table's Assumed column): hollow.
+            beyond = line[line["assumed"] != ""]
+            ax.scatter(beyond["gpus"], beyond["predicted_images_per_sec"], marker="o",
+                       facecolors="white", edgecolors=style["color"], zorder=3)  # fmt: skip
         if series.servers:  # where it and each comparable all-reduce cross
             _all_reduce_beside(ax, series, shown, table)
         cells = series.cells
@@ -268,7 +273,10 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
     # One legend for every panel, outside them: measured, ideal, and each
     # GPUs-per-node line (in its panel's framework colour).
     legend(fig, axes.flat)
-    title = "Predicted throughput: the fitted step model, its 95 % band, and the measured cells"
+    title = (
+        "Predicted throughput: the fitted step model, its 95 % band (hollow: beyond what was "
+        "measured), and the measured cells"
+    )
     fig.suptitle(wrapped(title, fig.get_figwidth()))
     for path in paths:
         with atomic_path(path) as tmp:

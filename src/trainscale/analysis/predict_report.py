@@ -46,6 +46,26 @@ def _feasible(series: Series, nodes: list[int], gpus_per_node: list[int]):
             yield n, g
 
 
+def _assumed(series: Series, model: StepModel, nodes: int, gpus_per_node: int) -> str:
+    """What a prediction at this cell takes beyond the series' measured
+    cells, in a few words each ("" where it interpolates between them)."""
+    cells = series.cells
+    most_nodes = max(c.nodes for c in cells)
+    most_per_node = max(c.gpus_per_node for c in cells)
+    assumed = []
+    if all(c.nodes * c.gpus_per_node == 1 for c in cells):
+        assumed.append("no multi-GPU cell measured")
+    if nodes > most_nodes:
+        assumed.append(f"more nodes than measured ({most_nodes})")
+    if gpus_per_node > most_per_node:
+        assumed.append(f"more GPUs per node than measured ({most_per_node})")
+    links = {"intra": gpus_per_node > 1, "inter": nodes > 1}
+    for link in model.tied:
+        if links.get(link) and not (link == "inter" and series.inter_link):
+            assumed.append(f"{link}-node link never measured: taken equal to the other")
+    return "; ".join(assumed)
+
+
 def predicted_table(fitted: dict, nodes, gpus_per_node, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
@@ -74,6 +94,7 @@ def predicted_table(fitted: dict, nodes, gpus_per_node, seed: int = 0) -> pd.Dat
                     "high_efficiency": float(high[0]) / (n * g * single),
                     "measured_images_per_sec": cell.images_per_sec if cell else np.nan,
                     "measured_std": cell.std if cell else np.nan,
+                    "assumed": _assumed(series, result.model, n, g),
                 }
             )
     return pd.DataFrame(rows)
@@ -228,6 +249,7 @@ def _shown_predicted(table: pd.DataFrame) -> pd.DataFrame:
                     table["measured_images_per_sec"], table["measured_std"], strict=True
                 )  # fmt: skip
             ],
+            "Assumed beyond the measured cells": table["assumed"],
         }
     )
 
