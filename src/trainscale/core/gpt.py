@@ -93,3 +93,11 @@ def training_flops_per_token(name: str, seq_len: int, vocabulary: int) -> int:
         shape, seq_len, vocabulary
     )
     return 6 * dense + 12 * shape.layers * shape.width * seq_len
+
+
+def stage_blocks(layers: int, stage: int, stages: int) -> range:
+    """The blocks pipeline stage `stage` of `stages` holds: a run of
+    consecutive ones, the first stages one more where they do not split evenly."""
+    per, extra = divmod(layers, stages)
+    first = stage * per + min(stage, extra)
+    return range(first, first + per + (stage < extra))

@@ -17,7 +17,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trainscale.core.gpt import GPT_SHAPES, INIT_STDDEV, LAYER_NORM_EPSILON, MLP_RATIO
+from trainscale.core.gpt import (
+    GPT_SHAPES,
+    INIT_STDDEV,
+    LAYER_NORM_EPSILON,
+    MLP_RATIO,
+    stage_blocks,
+)
 
 
 class Attention(nn.Module):
@@ -99,14 +105,6 @@ class Gpt(nn.Module):
         if self.head is not None:
             x = self.head(x)
         return x
-
-
-def stage_blocks(layers: int, stage: int, stages: int) -> range:
-    """The blocks pipeline stage `stage` of `stages` holds: a run of
-    consecutive ones, the first stages one more where they do not split evenly."""
-    per, extra = divmod(layers, stages)
-    first = stage * per + min(stage, extra)
-    return range(first, first + per + (stage < extra))
 
 
 def keep_stage(model: Gpt, stage: int, stages: int) -> Gpt:
