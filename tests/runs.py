@@ -131,7 +131,13 @@ GPT_SHAPE = [
 
 def gpt_run(run_store, framework: str, replicas: int, *options: str):
     """`framework`'s shared GPT run (GPT_SHAPE), its weights saved: the GPT
-    equivalence tests' runs, which the text examples' losses are held to."""
+    equivalence tests' runs, which the text examples' losses are held to. A
+    torch framework's profiles its tensor memory after the timed step
+    (--tensor-memory; tests/torch/test_memory_model.py reads it)."""
+    from trainscale.catalogue.registry import framework_spec
+
+    if framework_spec(framework).ecosystem == "torch":
+        options = ("--tensor-memory", *options)
     args = ("--framework", framework, "--gpus-per-node", str(replicas), *GPT_SHAPE, *options)
     return run_store.run(*args, weights=True)
 

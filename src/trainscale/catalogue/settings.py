@@ -6,9 +6,8 @@ entries (or their launch kind). RunSettings, its defaults, `trainscale`'s
 flags (cli.py), the checks below and the study schema's fragments
 (schema.config_schema) are all made from these declarations.
 
-This module imports no TensorFlow, so the launcher, the workflow and the tests
-can check settings in milliseconds. Every check names the command-line option
-it is about, because the message is what a user sees.
+This module imports no TensorFlow, so settings are checked in milliseconds; each
+check names the command-line option it is about (its message is what users see).
 """
 
 from __future__ import annotations
@@ -162,6 +161,8 @@ SETTINGS = (
     Setting("compile", bool, False, "torch.compile the model", readers=("torch",), axis=True),
     Setting("channels_last", bool, False, "NHWC memory layout for model and batches",
             readers=("torch",), axis=True),
+    Setting("tensor_memory", bool, False, "profile a step after the timed ones: live tensor "
+            "bytes at its peak, by kind", readers=("torch",), group="measurement"),
     Setting("activation_checkpointing", bool, False, "recompute each transformer block's "
             "activations in backward instead of keeping them (a text model's)",
             readers=("torch",), axis=True, check=lambda s: "--activation-checkpointing "

@@ -125,6 +125,18 @@ class Backend:
         the collectives the step ran (default: not observed)."""
         return contextlib.nullcontext()
 
+    # What the step observe_collectives() runs around held at its peak, where
+    # --tensor-memory asks and the backend can tell: {"bytes", "by_category", "source"}.
+    tensor_memory: dict | None = None
+
+    # What observe_collectives() can see: collectives, tensor memory.
+    sees_collectives = False
+    sees_tensor_memory = False
+
+    def observes_a_step(self) -> bool:
+        """Whether observe_collectives() observes anything: else no step is spent on it."""
+        return self.sees_collectives or (self.sees_tensor_memory and self.settings.tensor_memory)
+
     # -- accuracy mode (trainscale.core.accuracy) --------------------------------
 
     # Examples in the training split, set by read_splits() (0: synthetic data).

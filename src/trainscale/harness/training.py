@@ -131,7 +131,7 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
         description = {**process_description(backend), "gpu_monitor": gpu}
         # Every process: a framework that shards the weights gathers them.
         final_weights = backend.trainable_weights() if options.save_weights else None
-        _observe_collectives(backend)
+        description["tensor_memory"] = _observe_one_step(backend)
     except Exception as err:
         outcome = _outcome_of(backend, err)
         if outcome:
@@ -188,20 +188,41 @@ def _measure(backend: Backend, events: RunEvents, first_step: int, loss_value):
     return blocks, {"final_loss": loss_value}
 
 
-def _observe_collectives(backend: Backend) -> None:
+def _tensor_memory(processes: list[dict]) -> dict:
+    """--tensor-memory's live tensor bytes at the observed step's peak: the
+    largest counted process's, and its categories ({} where none was
+    observed); the processes the profiler could not count, and why."""
+    observed = [p["tensor_memory"] for p in processes if p.get("tensor_memory")]
+    if not observed:
+        return {}
+    counted = [memory for memory in observed if memory["bytes"] is not None]
+    failed = [memory["error"] for memory in observed if memory["bytes"] is None]
+    largest = max(counted, key=lambda memory: memory["bytes"], default=None)
+    fields = {
+        "peak_tensor_bytes": largest and largest["bytes"],
+        "peak_tensor_bytes_by_category": largest and largest["by_category"],
+    }
+    if failed:  # where the profiler could not count them, its one line why
+        fields["peak_tensor_bytes_error"] = f"{len(failed)} of {len(observed)}: {failed[0]}"
+    return fields
+
+
+def _observe_one_step(backend: Backend) -> dict | None:
     """One more step, untimed and after the final weights, under the backend's
-    observer of collectives (collectives_per_step). Never before the timed
-    blocks: torch's profiler leaves CUPTI attached when it ends
-    (pytorch/pytorch#144455), and on an H200 every later step of the same
-    process ran about a sixth slower (bench/profiler_after_effect.py). Not in
-    accuracy mode, whose steps are all the curve's."""
+    observer (collectives_per_step; and the tensor memory it returns, with
+    --tensor-memory). Never before the timed blocks: torch's profiler leaves
+    CUPTI attached when it ends (pytorch/pytorch#144455), and on an H200
+    every later step of the same process ran about a sixth slower
+    (bench/profiler_after_effect.py). Not in accuracy mode, whose steps are
+    all the curve's."""
     if backend.settings.mode == "accuracy":
-        return
-    if type(backend).observe_collectives is Backend.observe_collectives:
-        return  # this backend observes none: no step to spend
+        return None
+    if not backend.observes_a_step():
+        return None  # this backend observes nothing: no step to spend
     with backend.observe_collectives():
         loss = backend.step()
     backend.read_loss(loss)
+    return backend.tensor_memory
 
 
 def _save_weights(path: str, initial: list, final: list) -> None:
@@ -306,6 +327,7 @@ def _record(
             (p["memory_capacity"]["bytes"] for p in processes if p["memory_capacity"]["bytes"]),
             default=None,
         ),
+        **_tensor_memory(processes),
         **_gpu_monitored(processes, summary, settings),
         **input_pipeline(processes, summary["images_per_sec"]["mean"]),
         "framework_config": backend.framework_config(),

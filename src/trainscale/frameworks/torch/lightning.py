@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from trainscale.frameworks.torch.horovod_torch import Horovod
+from trainscale.frameworks.torch.step_profile import note_tensor_memory, step_profiler
 from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.frameworks.torch.torch_ddp import ddp_knobs
 from trainscale.frameworks.torch.torch_distributed import TorchDistributed, collectives_seen
@@ -107,6 +108,7 @@ class LightningTrainer:
                 if backend.profiler:
                     backend.profiler.__exit__(None, None, None)
                     backend.collectives_per_step = collectives_seen(backend.profiler)
+                    note_tensor_memory(backend, backend.profiler)
                     backend.profiler = None
                 if not loop.hand_over(outputs["loss"].detach()):
                     trainer.should_stop = True
@@ -130,14 +132,13 @@ class LightningTrainer:
         return self.fit_loop.step()
 
     profiler = None
+    sees_collectives = True
 
     @contextlib.contextmanager
     def observe_collectives(self):
         """The collectives of the step run inside: profiled in fit's thread
         (a torch profiler sees the thread it is started in), by the callback."""
-        from torch.profiler import ProfilerActivity, profile
-
-        self.profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        self.profiler = step_profiler(self.settings)
         yield
 
     def read_loss(self, loss) -> float:

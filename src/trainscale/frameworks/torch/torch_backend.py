@@ -27,6 +27,7 @@ gradient (tests/torch/test_equivalence.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -39,6 +40,7 @@ from trainscale.core.cpus import cpu_share
 from trainscale.core.datasets import DATASETS
 from trainscale.core.imagenet import ImageFiles, decode_only_rate, pipeline
 from trainscale.core.supervision import CPU_ALLOCATOR_OOM
+from trainscale.frameworks.torch.step_profile import note_tensor_memory, step_profiler
 from trainscale.frameworks.torch.torch_imagenet import batches_of, jpeg_loader
 from trainscale.frameworks.torch.torch_models import build_torch_model
 from trainscale.harness.backend import Backend, DeviceError, batches_trained, horovod_versions
@@ -323,6 +325,15 @@ class TorchBackend(Backend):
 
     def trainable_parameters(self) -> int:
         return self.parameter_count  # counted before any framework sharded the module
+
+    sees_tensor_memory = True
+
+    @contextlib.contextmanager
+    def observe_collectives(self):
+        """One process sees no collectives: --tensor-memory's profile only."""
+        with step_profiler(self.settings) as profiler:
+            yield
+        note_tensor_memory(self, profiler)
 
     def peak_memory(self) -> dict:
         if self.settings.device != "gpu":

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from trainscale.core.slurm import rank_env_from_slurm
+from trainscale.frameworks.torch.step_profile import note_tensor_memory, step_profiler
 from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.harness.backend import DeviceError
 
@@ -72,17 +73,18 @@ class TorchDistributed(TorchBackend):
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    sees_collectives = True
+
     @contextlib.contextmanager
     def observe_collectives(self):
         """Which collectives one step runs, and on how many elements: the
         process group's own operations (gloo:all_reduce, nccl:all_reduce, ...)
         as torch's profiler sees them, over one step after the timed ones
-        (training._observe_collectives: never before them)."""
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        (training._observe_one_step: never before them)."""
+        with step_profiler(self.settings) as profiler:
             yield
         self.collectives_per_step = collectives_seen(profiler)
+        note_tensor_memory(self, profiler)
 
     def gather_rows(self, row: np.ndarray) -> np.ndarray:
         import torch.distributed as dist
