@@ -7,10 +7,12 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from runs import gpt_run
 
 from trainscale.analysis.memory_model import (
     activation_bytes,
     model_state_bytes,
+    peak_tensor_bytes,
     rank_parameters,
 )
 from trainscale.core.gpt import GPT_SHAPES, parameter_count
@@ -152,3 +154,39 @@ def test_model_states_are_the_zero_papers_counts():
     # Unsplit, a rank holds the whole model, as core.gpt counts it.
     for model in GPT_SHAPES:
         assert rank_parameters(model, 1024, 50257) == parameter_count(model, 1024, 50257)
+
+
+@pytest.mark.slow
+def test_a_runs_profiled_tensor_memory_is_the_memory_models(run_store):
+    """The shared GPT runs (runs.gpt_run: gpt-tiny, --tensor-memory): the
+    parameter bytes torch's memory timeline saw at the profiled step's peak,
+    on the largest process, are what rank_parameters says that rank holds
+    (fp32: 4 bytes each). A pipeline's largest process is its first stage."""
+    expected = {
+        ("torch-single", 1): rank_parameters("gpt-tiny", 16, 96),
+        ("torch-tp", 2): rank_parameters("gpt-tiny", 16, 96, tensor_parallel=2),
+        ("torch-pipeline", 2): rank_parameters("gpt-tiny", 16, 96, stage=0, stages=2),
+    }
+    for (framework, replicas), parameters in expected.items():
+        record = gpt_run(run_store, framework, replicas).record
+        assert record["settings"]["tensor_memory"] is True
+        by_category = record["peak_tensor_bytes_by_category"]
+        assert by_category["parameter"] == 4 * parameters, framework
+        # Resident memory holds the libraries besides: far more than the tensors.
+        assert record["peak_tensor_bytes"] < record["peak_memory_bytes"] / 10, framework
+    # torch 2.13's memory timeline sometimes asserts ("version mismatch") on
+    # a rank of FSDP2 with activation checkpointing: the record then says so
+    # in a line, and the run stands.
+    record = gpt_run(run_store, "torch-fsdp", 2, "--activation-checkpointing").record
+    assert record["status"] == "ok"
+    error = record.get("peak_tensor_bytes_error")
+    assert record["peak_tensor_bytes"] or error, record
+    assert error is None or "AssertionError: version mismatch" in error, error
+    # The whole peak, within the issue's 15 % (measured: -2.7 % and +4.2 %;
+    # the pipeline's first stage -18 %: the model has no term yet for the
+    # activations a stage receives and sends, bench/README.md).
+    for framework, replicas, split in (("torch-single", 1, 1), ("torch-tp", 2, 2)):
+        record = gpt_run(run_store, framework, replicas).record
+        # A tensor-parallel rank trains its group's whole batch.
+        predicted = peak_tensor_bytes("gpt-tiny", 8, 16, 96, "sgd", tensor_parallel=split)
+        assert predicted == pytest.approx(record["peak_tensor_bytes"], rel=0.15), framework

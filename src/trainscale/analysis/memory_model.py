@@ -31,7 +31,13 @@ input only (and recomputes the rest in backward, one block at a time).
 
 from __future__ import annotations
 
-from trainscale.core.gpt import GPT_SHAPES, MLP_RATIO, GptShape, embedding_parameters
+from trainscale.core.gpt import (
+    GPT_SHAPES,
+    MLP_RATIO,
+    GptShape,
+    embedding_parameters,
+    stage_blocks,
+)
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # Optimizer state an fp32 model's parameter holds (Adam: two moments).
@@ -55,16 +61,15 @@ def model_state_bytes(
     mixed precision) or a 16-bit type with an fp32 master copy in the
     optimizer (DeepSpeed's bf16 and fp16). `zero_stage` 1-3 splits over the
     `data_parallel` ranks (FSDP2 is stage 3)."""
-    share = parameters
     weight = BYTES[weights]
     optimizer_bytes = OPTIMIZER_STATE_BYTES[optimizer]
     if weights != "fp32":
         optimizer_bytes += BYTES["fp32"]  # the master copy
     split = [data_parallel if zero_stage >= stage else 1 for stage in (3, 2, 1)]
     return {
-        "parameters": weight * share / split[0],
-        "gradients": weight * share / split[1],
-        "optimizer": optimizer_bytes * share / split[2],
+        "parameters": weight * parameters / split[0],
+        "gradients": weight * parameters / split[1],
+        "optimizer": optimizer_bytes * parameters / split[2],
     }
 
 
@@ -86,7 +91,7 @@ def rank_parameters(
     columns = (3 * (width * width + width) + width * hidden + hidden) // t  # q, k, v; MLP in
     rows = (width * width + hidden * width) // t + 2 * width  # attention out, MLP out
     block = columns + rows + 2 * 2 * width  # and the two norms
-    held = stage_blocks(shape.layers, stage, stages) * block
+    held = len(stage_blocks(shape.layers, stage, stages)) * block
     if stage == 0:
         held += embedding_parameters(shape, seq_len, vocabulary)
     if stage == stages - 1:
@@ -115,14 +120,6 @@ def _block_bytes(shape: GptShape, tokens: int, precision: str, tensor_parallel: 
     # projection the MLP norm's: whole on every rank.
     casts = 4 * width * tokens
     return fp32_stream + half * (casts + split) + norm_stats + log_sum_exp
-
-
-def stage_blocks(layers: int, stage: int, stages: int) -> int:
-    """How many blocks pipeline stage `stage` of `stages` holds: consecutive
-    runs, the first stages one more where they do not split evenly (as
-    frameworks/torch/torch_gpt.py's stage_blocks cuts them)."""
-    per, extra = divmod(layers, stages)
-    return per + (stage < extra)
 
 
 def _half_weight_copies(
@@ -156,7 +153,7 @@ def activation_bytes(
     holds it). `precision`: fp32, or bf16/fp16 under torch's autocast."""
     shape = GPT_SHAPES[model]
     tokens = batch * seq_len
-    blocks = stage_blocks(shape.layers, stage, stages)
+    blocks = len(stage_blocks(shape.layers, stage, stages))
     if checkpointing:
         kept = blocks * shape.width * tokens * BYTES["fp32"]  # each block's input
     else:
@@ -165,9 +162,8 @@ def activation_bytes(
         kept += ID_BYTES * (tokens + seq_len)  # the token and position ids
     last = stage == stages - 1
     if last:
-        head_input = BYTES[precision] if precision != "fp32" else BYTES["fp32"]
         kept += (
-            shape.width * tokens * (BYTES["fp32"] + head_input)  # final norm in, head in
+            shape.width * tokens * (BYTES["fp32"] + BYTES[precision])  # final norm in, head in
             + 2 * tokens * BYTES["fp32"]  # its mean and 1/std
             + vocabulary * tokens * BYTES["fp32"]  # log-softmax's output, in fp32
             + ID_BYTES * tokens  # the targets
@@ -175,3 +171,43 @@ def activation_bytes(
         )
     copied = 0 if checkpointing else blocks  # a recomputed block's copies are made anew
     return kept + _half_weight_copies(shape, copied, vocabulary * last, precision, tensor_parallel)
+
+
+def microbatches_in_flight(schedule: str, microbatches: int, stage: int, stages: int) -> int:
+    """The microbatches whose activations stage `stage` holds at once: GPipe
+    runs every forward before any backward (all of them); 1F1B starts a
+    backward as soon as the last stage can, so stage i holds at most
+    stages - i (Narayanan et al. 2021, PipeDream-Flush)."""
+    if schedule == "gpipe":
+        return microbatches
+    return min(microbatches, stages - stage)
+
+
+def peak_tensor_bytes(
+    model: str,
+    batch: int,
+    seq_len: int,
+    vocabulary: int,
+    optimizer: str = "adam",
+    precision: str = "fp32",
+    checkpointing: bool = False,
+    tensor_parallel: int = 1,
+    stage: int = 0,
+    stages: int = 1,
+    microbatches: int = 1,
+    schedule: str = "1f1b",
+) -> int:
+    """What one rank of data parallelism, tensor parallelism or a pipeline
+    stage holds at most in a step (no ZeRO or FSDP2 split): its weights,
+    gradients and optimizer states, and every activation it keeps until the
+    backward pass, for as many microbatches as its schedule keeps in flight
+    (`batch` sequences a rank a step, cut into `microbatches`). An upper
+    bound: backward frees a block's activations as its gradients arrive."""
+    parameters = rank_parameters(model, seq_len, vocabulary, tensor_parallel, stage, stages)
+    states = sum(model_state_bytes(parameters, optimizer).values())
+    microbatch = batch // microbatches
+    kept = activation_bytes(
+        model, microbatch, seq_len, vocabulary, precision, checkpointing, stage, stages,
+        tensor_parallel,
+    )  # fmt: skip
+    return int(states + kept * microbatches_in_flight(schedule, microbatches, stage, stages))
