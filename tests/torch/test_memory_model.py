@@ -120,9 +120,9 @@ def test_a_tensor_parallel_rank_keeps_the_split_share_of_each_block():
         torch.multiprocessing.spawn(_tensor_parallel_rank, args=(port, results), nprocs=2)
         measured = dict(results)
     for precision in ("fp32", "bf16"):
-        predicted = activation_bytes("gpt-mini", 2, 32, 256, precision, tensor_parallel=2)
+        predicted = activation_bytes("gpt-mini", 2, 32, 256, precision, tensor_ranks=2)
         assert [measured[rank, precision] for rank in (0, 1)] == [predicted] * 2, precision
-    parameters = rank_parameters("gpt-mini", 32, 256, tensor_parallel=2)
+    parameters = rank_parameters("gpt-mini", 32, 256, tensor_ranks=2)
     assert [measured[rank, "parameters"] for rank in (0, 1)] == [parameters] * 2
 
 
@@ -150,7 +150,7 @@ def test_model_states_are_the_zero_papers_counts():
     assert model_state_bytes(250, "adam") == {
         "parameters": 1000.0, "gradients": 1000.0, "optimizer": 2000.0,
     }  # fmt: skip
-    assert model_state_bytes(1000, "sgd", data_parallel=2, zero_stage=3)["optimizer"] == 0
+    assert model_state_bytes(1000, "sgd", data_parallel=2, shard_stage=3)["optimizer"] == 0
     # Unsplit, a rank holds the whole model, as core.gpt counts it.
     for model in GPT_SHAPES:
         assert rank_parameters(model, 1024, 50257) == parameter_count(model, 1024, 50257)
@@ -164,7 +164,7 @@ def test_a_runs_profiled_tensor_memory_is_the_memory_models(run_store):
     (fp32: 4 bytes each). A pipeline's largest process is its first stage."""
     expected = {
         ("torch-single", 1): rank_parameters("gpt-tiny", 16, 96),
-        ("torch-tp", 2): rank_parameters("gpt-tiny", 16, 96, tensor_parallel=2),
+        ("torch-tp", 2): rank_parameters("gpt-tiny", 16, 96, tensor_ranks=2),
         ("torch-pipeline", 2): rank_parameters("gpt-tiny", 16, 96, stage=0, stages=2),
     }
     for (framework, replicas), parameters in expected.items():
@@ -188,5 +188,5 @@ def test_a_runs_profiled_tensor_memory_is_the_memory_models(run_store):
     for framework, replicas, split in (("torch-single", 1, 1), ("torch-tp", 2, 2)):
         record = gpt_run(run_store, framework, replicas).record
         # A tensor-parallel rank trains its group's whole batch.
-        predicted = peak_tensor_bytes("gpt-tiny", 8, 16, 96, "sgd", tensor_parallel=split)
+        predicted = peak_tensor_bytes("gpt-tiny", 8, 16, 96, "sgd", tensor_ranks=split)
         assert predicted == pytest.approx(record["peak_tensor_bytes"], rel=0.15), framework

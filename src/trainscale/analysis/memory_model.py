@@ -51,7 +51,7 @@ def model_state_bytes(
     optimizer: str = "adam",
     weights: str = "fp32",
     data_parallel: int = 1,
-    zero_stage: int = 0,
+    shard_stage: int = 0,
 ) -> dict[str, float]:
     """The bytes of the parameters, gradients and optimizer states of a rank
     holding `parameters` before any ZeRO split (rank_parameters: after the
@@ -59,13 +59,13 @@ def model_state_bytes(
 
     `weights`: what the framework keeps the model in, fp32 (autocast, or no
     mixed precision) or a 16-bit type with an fp32 master copy in the
-    optimizer (DeepSpeed's bf16 and fp16). `zero_stage` 1-3 splits over the
+    optimizer (DeepSpeed's bf16 and fp16). `shard_stage`, as ZeRO's stage 1-3, splits over the
     `data_parallel` ranks (FSDP2 is stage 3)."""
     weight = BYTES[weights]
     optimizer_bytes = OPTIMIZER_STATE_BYTES[optimizer]
     if weights != "fp32":
         optimizer_bytes += BYTES["fp32"]  # the master copy
-    split = [data_parallel if zero_stage >= stage else 1 for stage in (3, 2, 1)]
+    split = [data_parallel if shard_stage >= stage else 1 for stage in (3, 2, 1)]
     return {
         "parameters": weight * parameters / split[0],
         "gradients": weight * parameters / split[1],
@@ -77,17 +77,17 @@ def rank_parameters(
     model: str,
     seq_len: int,
     vocabulary: int,
-    tensor_parallel: int = 1,
+    tensor_ranks: int = 1,
     stage: int = 0,
     stages: int = 1,
 ) -> int:
     """The parameters one rank holds before any ZeRO or FSDP2 split: its
-    pipeline stage's blocks, each split over `tensor_parallel` ranks (the
+    pipeline stage's blocks, each split over `tensor_ranks` ranks (the
     column-split projections' weights and biases divided, the row-split
     ones' weights divided and biases whole, the norms whole), with the
     embeddings on the first stage and the final norm and head on the last."""
     shape = GPT_SHAPES[model]
-    width, hidden, t = shape.width, MLP_RATIO * shape.width, tensor_parallel
+    width, hidden, t = shape.width, MLP_RATIO * shape.width, tensor_ranks
     columns = (3 * (width * width + width) + width * hidden + hidden) // t  # q, k, v; MLP in
     rows = (width * width + hidden * width) // t + 2 * width  # attention out, MLP out
     block = columns + rows + 2 * 2 * width  # and the two norms
@@ -99,13 +99,13 @@ def rank_parameters(
     return held
 
 
-def _block_bytes(shape: GptShape, tokens: int, precision: str, tensor_parallel: int = 1) -> int:
+def _block_bytes(shape: GptShape, tokens: int, precision: str, tensor_ranks: int = 1) -> int:
     """What one block keeps for backward, `tokens` = batch x sequence, on
-    one of `tensor_parallel` ranks splitting it as Megatron-LM does (q, k,
+    one of `tensor_ranks` ranks splitting it as Megatron-LM does (q, k,
     v and the MLP's input projection by columns, the output projections by
     rows): the norms and the residual stream stay whole on every rank, what
     lies between the projections is split."""
-    width, t = shape.width, tensor_parallel
+    width, t = shape.width, tensor_ranks
     hidden = MLP_RATIO * width
     norm_stats = 2 * 2 * tokens * BYTES["fp32"]  # mean and 1/std, two norms
     log_sum_exp = shape.heads // t * tokens * BYTES["fp32"]
@@ -123,7 +123,7 @@ def _block_bytes(shape: GptShape, tokens: int, precision: str, tensor_parallel: 
 
 
 def _half_weight_copies(
-    shape: GptShape, blocks: int, head_outputs: int, precision: str, tensor_parallel: int = 1
+    shape: GptShape, blocks: int, head_outputs: int, precision: str, tensor_ranks: int = 1
 ) -> int:
     """Autocast's 16-bit copies of the Linear weights of `blocks` blocks (a
     tensor-parallel rank's share) and of a head of `head_outputs` (the
@@ -131,7 +131,7 @@ def _half_weight_copies(
     if precision == "fp32":
         return 0
     width, hidden = shape.width, MLP_RATIO * shape.width
-    per_block = (4 * width * width + 2 * width * hidden) // tensor_parallel
+    per_block = (4 * width * width + 2 * width * hidden) // tensor_ranks
     return BYTES[precision] * (blocks * per_block + width * head_outputs)
 
 
@@ -144,7 +144,7 @@ def activation_bytes(
     checkpointing: bool = False,
     stage: int = 0,
     stages: int = 1,
-    tensor_parallel: int = 1,
+    tensor_ranks: int = 1,
 ) -> int:
     """Bytes the forward pass and the loss keep for backward, for one
     (micro)batch of `batch` sequences, on pipeline stage `stage` of
@@ -157,7 +157,7 @@ def activation_bytes(
     if checkpointing:
         kept = blocks * shape.width * tokens * BYTES["fp32"]  # each block's input
     else:
-        kept = blocks * _block_bytes(shape, tokens, precision, tensor_parallel)
+        kept = blocks * _block_bytes(shape, tokens, precision, tensor_ranks)
     if stage == 0:
         kept += ID_BYTES * (tokens + seq_len)  # the token and position ids
     last = stage == stages - 1
@@ -170,7 +170,7 @@ def activation_bytes(
             + BYTES["fp32"]  # the loss's total weight (one number)
         )
     copied = 0 if checkpointing else blocks  # a recomputed block's copies are made anew
-    return kept + _half_weight_copies(shape, copied, vocabulary * last, precision, tensor_parallel)
+    return kept + _half_weight_copies(shape, copied, vocabulary * last, precision, tensor_ranks)
 
 
 def microbatches_in_flight(schedule: str, microbatches: int, stage: int, stages: int) -> int:
@@ -191,7 +191,7 @@ def peak_tensor_bytes(
     optimizer: str = "adam",
     precision: str = "fp32",
     checkpointing: bool = False,
-    tensor_parallel: int = 1,
+    tensor_ranks: int = 1,
     stage: int = 0,
     stages: int = 1,
     microbatches: int = 1,
@@ -203,11 +203,11 @@ def peak_tensor_bytes(
     backward pass, for as many microbatches as its schedule keeps in flight
     (`batch` sequences a rank a step, cut into `microbatches`). An upper
     bound: backward frees a block's activations as its gradients arrive."""
-    parameters = rank_parameters(model, seq_len, vocabulary, tensor_parallel, stage, stages)
+    parameters = rank_parameters(model, seq_len, vocabulary, tensor_ranks, stage, stages)
     states = sum(model_state_bytes(parameters, optimizer).values())
     microbatch = batch // microbatches
     kept = activation_bytes(
         model, microbatch, seq_len, vocabulary, precision, checkpointing, stage, stages,
-        tensor_parallel,
+        tensor_ranks,
     )  # fmt: skip
     return int(states + kept * microbatches_in_flight(schedule, microbatches, stage, stages))
