@@ -86,13 +86,9 @@ def _tensor_parallel_rank(rank: int, port: int, results) -> None:
     a forward keeps, in fp32 and under bf16 autocast."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
+    from torch.distributed.tensor.parallel import parallelize_module
 
-    from trainscale.frameworks.torch.torch_tp import COLUMNWISE, ROWWISE
+    from trainscale.frameworks.torch.torch_tp import block_plan
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -100,10 +96,8 @@ def _tensor_parallel_rank(rank: int, port: int, results) -> None:
     for precision in ("fp32", "bf16"):
         torch.manual_seed(0)
         gpt = Gpt("gpt-mini", 32, 256)
-        plan = {name: ColwiseParallel() for name in COLUMNWISE}
-        plan.update({name: RowwiseParallel() for name in ROWWISE})
         for block in gpt.blocks.values():
-            parallelize_module(block, mesh, plan)
+            parallelize_module(block, mesh, block_plan())
         saved = _saved_in_forward(gpt, "gpt-mini", 2, 32, 256, precision, 0, 1)
         results[rank, precision] = saved
     results[rank, "parameters"] = sum(_storage(p).nbytes() // 4 for p in gpt.parameters())

@@ -59,8 +59,8 @@ def model_state_bytes(
 
     `weights`: what the framework keeps the model in, fp32 (autocast, or no
     mixed precision) or a 16-bit type with an fp32 master copy in the
-    optimizer (DeepSpeed's bf16 and fp16). `shard_stage`, as ZeRO's stage 1-3, splits over the
-    `data_parallel` ranks (FSDP2 is stage 3)."""
+    optimizer (DeepSpeed's bf16 and fp16). `shard_stage`, as ZeRO's stage
+    1-3, splits over the `data_parallel` ranks (FSDP2 is stage 3)."""
     weight = BYTES[weights]
     optimizer_bytes = OPTIMIZER_STATE_BYTES[optimizer]
     if weights != "fp32":

@@ -44,8 +44,9 @@ def tensor_memory_at_peak(profiler, device) -> dict:
                 warnings.simplefilter("ignore", FutureWarning)
                 profiler.export_memory_timeline(path, device=str(device))
         except Exception as err:  # noqa: BLE001 - the run's own numbers stand without it
-            # torch 2.13's timeline asserts "version mismatch" on FSDP2 with
-            # activation checkpointing: the record says so, the run goes on.
+            # torch 2.13's timeline sometimes asserts "version mismatch" on a
+            # rank of FSDP2 with activation checkpointing: the record says so,
+            # the run goes on.
             first_line = f"{type(err).__name__}: {err}".splitlines()[0][:120]
             return {"bytes": None, "by_category": {}, "source": source, "error": first_line}
         with open(path) as handle:

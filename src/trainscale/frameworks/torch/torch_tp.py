@@ -20,8 +20,17 @@ from trainscale.frameworks.torch.torch_distributed import TorchDistributed
 from trainscale.frameworks.torch.torch_fsdp import shard_units, whole_weights
 
 # Megatron-LM's split of a block (torchtitan's plan, without sequence parallelism).
-COLUMNWISE = ("attention.wq", "attention.wk", "attention.wv", "mlp.fc")
-ROWWISE = ("attention.wo", "mlp.proj")
+_COLUMNWISE = ("attention.wq", "attention.wk", "attention.wv", "mlp.fc")
+_ROWWISE = ("attention.wo", "mlp.proj")
+
+
+def block_plan() -> dict:
+    """Each block's parallelize_module plan: Megatron-LM's split."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {name: ColwiseParallel() for name in _COLUMNWISE}
+    plan.update({name: RowwiseParallel() for name in _ROWWISE})
+    return plan
 
 
 class TensorParallel(TorchDistributed):
@@ -34,18 +43,12 @@ class TensorParallel(TorchDistributed):
     def build(self, module):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
-        from torch.distributed.tensor.parallel import (
-            ColwiseParallel,
-            RowwiseParallel,
-            parallelize_module,
-        )
+        from torch.distributed.tensor.parallel import parallelize_module
 
         dp, tp = self.mesh_shape()
         self.mesh = init_device_mesh(self.device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
-        plan = {name: ColwiseParallel() for name in COLUMNWISE}
-        plan.update({name: RowwiseParallel() for name in ROWWISE})
         for block in module.blocks.values():
-            parallelize_module(block, self.mesh["tp"], plan)
+            parallelize_module(block, self.mesh["tp"], block_plan())
         self.gradient_scale = float(dp)  # FSDP2 averages over dp; tp needs no reduction
         if dp > 1:
             for unit in shard_units(module):
