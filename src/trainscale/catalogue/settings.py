@@ -13,6 +13,7 @@ check names the command-line option it is about (its message is what users see).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 
@@ -179,14 +180,19 @@ def all_settings() -> tuple[Setting, ...]:
 SETTING = {setting.name: setting for setting in all_settings()}
 
 
-def readers(name: str) -> set[str] | None:
-    """The frameworks that read setting `name` (None: every framework)."""
+@functools.cache
+def readers(name: str) -> frozenset[str] | None:
+    """The frameworks that read setting `name` (None: every framework).
+    Cached: the registry is a tuple, and a study's dry run asks this tens of
+    thousands of times (each grid point's every setting, each rule's inputs)."""
     setting = SETTING[name]
     if setting in SETTINGS:
         if setting.readers is None:
             return None
-        return {s.name for s in REGISTRY if {s.name, s.ecosystem} & set(setting.readers)}
-    return framework_readers(name)
+        return frozenset(
+            s.name for s in REGISTRY if {s.name, s.ecosystem} & set(setting.readers)
+        )
+    return frozenset(framework_readers(name))
 
 
 # Settings a grid may vary too (`grid.precision: [fp32, fp16]`), each
