@@ -251,6 +251,16 @@ class _Problem:
         exposed = np.maximum(0.0, self.terms @ np.asarray(free[:-1]) + self.known - hidden)
         return (self.compute + exposed) / self.measured - 1
 
+    def jacobian(self, free) -> np.ndarray:
+        """d residuals / d free, exactly: a cell whose exchange is all hidden
+        has none (the max() is flat there). Given to least_squares, it saves
+        the finite differences that were a quarter of a bootstrap's time."""
+        hidden = free[-1] * BACKWARD_SHARE * self.compute
+        shows = (self.terms @ np.asarray(free[:-1]) + self.known - hidden) > 0
+        overlap = np.full(len(self.measured), -BACKWARD_SHARE * self.compute)
+        columns = np.column_stack([self.terms, overlap]) * shows[:, None]
+        return columns / self.measured[:, None]
+
 
 def _problem(series: Series, cells, algorithm: str) -> _Problem:
     if series.refused:
@@ -330,6 +340,7 @@ def fit_step_model(series: Series, cells=None, algorithm: str = "ring") -> tuple
     refined = least_squares(
         problem.residuals,
         start,
+        jac=problem.jacobian,
         bounds=(np.zeros(len(start)), np.append(np.full(len(start) - 1, np.inf), 1.0)),
         x_scale=step_scale,
         method="trf",
