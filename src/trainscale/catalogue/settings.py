@@ -189,9 +189,7 @@ def readers(name: str) -> frozenset[str] | None:
     if setting in SETTINGS:
         if setting.readers is None:
             return None
-        return frozenset(
-            s.name for s in REGISTRY if {s.name, s.ecosystem} & set(setting.readers)
-        )
+        return frozenset(s.name for s in REGISTRY if {s.name, s.ecosystem} & set(setting.readers))
     return frozenset(framework_readers(name))
 
 
