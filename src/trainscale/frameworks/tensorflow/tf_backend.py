@@ -144,7 +144,7 @@ def build_evaluation(backend, images: np.ndarray, labels: np.ndarray):
         from_logits=True, reduction=tf.keras.losses.Reduction.NONE
     )
 
-    @tf.function
+    @tf.function(autograph=False)  # as the train step (Distribution.compile_step)
     def eval_step(images, labels, weights):
         inputs = images
         if not settings.is_text:
