@@ -1,13 +1,12 @@
 """What one grid point is: the settings of one benchmark run, validated up front.
 
-Every setting is declared once (trainscale.core.setting): those every framework
-reads here, in SETTINGS; a knob only some frameworks read in their registry
-entries (or their launch kind). RunSettings, its defaults, `trainscale`'s
-flags (cli.py), the checks below and the study schema's fragments
-(schema.config_schema) are all made from these declarations.
+Every setting is declared once (trainscale.core.setting): those every framework reads
+here, in SETTINGS; a knob only some frameworks read in their registry entries (or their
+launch kind). RunSettings, its defaults, `trainscale`'s flags (cli.py), the checks below
+and the study schema's fragments (schema.config_schema) are made from these declarations.
 
-This module imports no TensorFlow, so settings are checked in milliseconds; each
-check names the command-line option it is about (its message is what users see).
+This module imports no TensorFlow, so settings are checked in milliseconds; each check
+names the command-line option it is about (its message is what users see).
 """
 
 from __future__ import annotations
@@ -180,11 +179,9 @@ def all_settings() -> tuple[Setting, ...]:
 SETTING = {setting.name: setting for setting in all_settings()}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)  # Python 3.8 has no functools.cache
 def readers(name: str) -> frozenset[str] | None:
-    """The frameworks that read setting `name` (None: every framework).
-    Cached: the registry is a tuple, and a study's dry run asks this tens of
-    thousands of times (each grid point's every setting, each rule's inputs)."""
+    """The frameworks that read setting `name` (None: every framework), cached."""
     setting = SETTING[name]
     if setting in SETTINGS:
         if setting.readers is None:
@@ -193,10 +190,9 @@ def readers(name: str) -> frozenset[str] | None:
     return frozenset(framework_readers(name))
 
 
-# Settings a grid may vary too (`grid.precision: [fp32, fp16]`), each
-# overriding benchmark.<name>, and the frameworks that read each (None: all).
-# A framework that does not read a knob is not varied by it (that would
-# measure the same thing twice), and its runs are not labelled with it.
+# Settings a grid may vary too (`grid.precision: [fp32, fp16]`), each overriding
+# benchmark.<name>, and who reads each (None: all). A framework that does not read a knob
+# is not varied by it (that would measure the same thing twice) nor labelled with it.
 KNOB_AXES = {s.name: readers(s.name) for s in all_settings() if s.axis}
 
 
