@@ -96,8 +96,9 @@ def _tensor_parallel_rank(rank: int, port: int, results) -> None:
     for precision in ("fp32", "bf16"):
         torch.manual_seed(0)
         gpt = Gpt("gpt-mini", 32, 256)
+        plan = block_plan()
         for block in gpt.blocks.values():
-            parallelize_module(block, mesh, block_plan())
+            parallelize_module(block, mesh, plan)
         saved = _saved_in_forward(gpt, "gpt-mini", 2, 32, 256, precision, 0, 1)
         results[rank, precision] = saved
     results[rank, "parameters"] = sum(_storage(p).nbytes() // 4 for p in gpt.parameters())

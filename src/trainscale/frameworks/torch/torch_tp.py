@@ -47,8 +47,9 @@ class TensorParallel(TorchDistributed):
 
         dp, tp = self.mesh_shape()
         self.mesh = init_device_mesh(self.device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
+        plan = block_plan()
         for block in module.blocks.values():
-            parallelize_module(block, self.mesh["tp"], block_plan())
+            parallelize_module(block, self.mesh["tp"], plan)
         self.gradient_scale = float(dp)  # FSDP2 averages over dp; tp needs no reduction
         if dp > 1:
             for unit in shard_units(module):
