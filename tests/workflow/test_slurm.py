@@ -21,6 +21,7 @@ from lab_studies import assert_hosts_follow, records, study_config
 from runs import show_in_the_log
 
 from trainscale.catalogue.registry import REGISTRY, framework_spec
+from trainscale.core.slurm import WORKFLOW_MEM_MB
 
 # One lab on this machine: its tests share one pytest-xdist worker.
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-lab")]
@@ -244,13 +245,18 @@ def test_a_job_over_its_slurm_memory_is_recorded_as_oom(lab_campaign):
     assert "oom-kill event" in record["error"]  # SLURM's own words, relayed by srun
     job = record["provenance"]["slurm"]["job_id"]
     sacct = subprocess.run(
-        ["sacct", "-n", "-P", "-o", "JobID,State", "-j", job],
+        ["sacct", "-n", "-P", "-o", "JobID,State,AllocTRES", "-j", job],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
-    states = dict(line.split("|") for line in sacct)
-    assert states[job] == "COMPLETED" and states[f"{job}.0"] == "OUT_OF_MEMORY", states
+    steps = {line.split("|")[0]: line.split("|")[1:] for line in sacct}
+    assert steps[job][0] == "COMPLETED" and steps[f"{job}.0"][0] == "OUT_OF_MEMORY", steps
+    # The step was held to mem_mb_per_gpu, the job asked that and the
+    # workflow's share: the kernel's kill stayed in the step, where only the
+    # training process was (core.slurm.WORKFLOW_MEM_MB).
+    assert "mem=900M" in steps[f"{job}.0"][1].split(","), steps
+    assert f"mem={900 + WORKFLOW_MEM_MB}M" in steps[job][1].split(","), steps
     table = Path(study.repo, "results", "slurm-lab-oom", "tables", "table1.md").read_text()
     assert "| vgg16 | 64 | 1 | OOM |" in table
     # Not trained again: the outcome is the result.

@@ -9,12 +9,48 @@ Imports neither TensorFlow nor torch (the ranks of both read it).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 
 
 def in_slurm_job() -> bool:
     return "SLURM_JOB_ID" in os.environ
+
+
+# What a job asks beyond its ranks' memory, for the workflow's own processes
+# in its batch step (Snakemake, twice, and this launcher: about 330 MB of RSS
+# in the SLURM lab). The ranks' srun step is held to the job's memory less
+# this, so a rank over its memory is killed by its step's own cgroup. Were
+# the step allowed the job's whole memory, the job's cgroup would be the one
+# at its limit, and the kernel, while it is still freeing the rank it killed,
+# can pick a second victim there: Snakemake itself (seen in the lab).
+WORKFLOW_MEM_MB = 768
+_MEMORY_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def step_memory_mb() -> int:
+    """The memory per node this SLURM job's ranks' step may use: the job's
+    per-node memory less WORKFLOW_MEM_MB (0: not in a job, no per-node
+    memory asked for, or too little to hold anything back)."""
+    if not in_slurm_job():
+        return 0
+    try:
+        job = subprocess.run(
+            ["scontrol", "show", "job", "-o", os.environ["SLURM_JOB_ID"]],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    # Per node only: a job sized per CPU (--mem-per-cpu) says MinMemoryCPU.
+    found = re.search(r"\bMinMemoryNode=([0-9.]+)([KMGT]?)\b", job)
+    if not found:
+        return 0
+    job_mb = int(float(found[1]) * _MEMORY_UNITS[found[2] or "M"])
+    return job_mb - WORKFLOW_MEM_MB if job_mb >= 2 * WORKFLOW_MEM_MB else 0
 
 
 def srun_command(
@@ -56,6 +92,9 @@ def srun_command(
         srun.append(f"--gres=gpu:{requested_gpus_per_node}")
     if cpus_per_task:
         srun.append(f"--cpus-per-task={cpus_per_task}")
+    memory = step_memory_mb()
+    if memory:
+        srun.append(f"--mem={memory}M")
     return srun
 
 

@@ -14,6 +14,7 @@ import shlex
 from trainscale.catalogue.registry import framework_spec
 from trainscale.core.faults import NODE_FAULT_COMMAND, parse_fault
 from trainscale.core.records import NODE_CHECK_FAILED
+from trainscale.core.slurm import WORKFLOW_MEM_MB
 from trainscale.study.study import GridPoint, run_settings
 
 
@@ -142,7 +143,9 @@ def job_shape(config: dict, point: GridPoint, attempt: int = 1) -> dict:
         "cpus_per_task": max(1, cpus_per_gpu * point.gpus_per_node // tasks_per_node),
         "gpus_per_node": gpus_per_node,
         "gres": gres,
-        "mem_mb": cluster.get("mem_mb_per_gpu", 16000) * point.gpus_per_node,
+        # The ranks' srun step gets mem_mb_per_gpu per GPU; the rest is the
+        # batch step's (trainscale.core.slurm.WORKFLOW_MEM_MB).
+        "mem_mb": cluster.get("mem_mb_per_gpu", 16000) * point.gpus_per_node + WORKFLOW_MEM_MB,
         "runtime": runtime,
         "gpu_hours": point.gpus * runtime / 60 if settings.device == "gpu" else 0.0,
     }
