@@ -35,16 +35,7 @@ def step_memory_mb() -> int:
     memory asked for, or too little to hold anything back)."""
     if not in_slurm_job():
         return 0
-    try:
-        job = subprocess.run(
-            ["scontrol", "show", "job", "-o", os.environ["SLURM_JOB_ID"]],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
+    job = _ask_slurm(["scontrol", "show", "job", "-o", os.environ["SLURM_JOB_ID"]])
     # Per node only: a job sized per CPU (--mem-per-cpu) says MinMemoryCPU.
     found = re.search(r"\bMinMemoryNode=([0-9.]+)([KMGT]?)\b", job)
     if not found:
@@ -98,6 +89,14 @@ def srun_command(
     return srun
 
 
+def _ask_slurm(argv: list[str]) -> str:
+    """What a SLURM command prints, or '' if it cannot say."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def parse_slurm_duration(text: str) -> float | None:
     """Seconds in SLURM's [days-]hours:minutes:seconds (or minutes:seconds) form."""
     text = text.strip()
@@ -114,16 +113,7 @@ def parse_slurm_duration(text: str) -> float | None:
 def slurm_watchdog(margin: float = 60.0, minimum: float = 30.0) -> float:
     """A watchdog that fires before SLURM's time limit does, so the run can record
     `timeout` itself (SLURM's kill would leave no record), or 0 if unknown."""
-    try:
-        left = subprocess.run(
-            ["squeue", "-h", "-j", os.environ["SLURM_JOB_ID"], "-o", "%L"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0.0
+    left = _ask_slurm(["squeue", "-h", "-j", os.environ["SLURM_JOB_ID"], "-o", "%L"])
     seconds = parse_slurm_duration(left)
     return max(minimum, seconds - margin) if seconds else 0.0
 
