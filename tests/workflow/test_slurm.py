@@ -250,7 +250,7 @@ def test_a_job_over_its_slurm_memory_is_recorded_as_oom(lab_campaign):
         text=True,
         check=True,
     ).stdout.split()
-    steps = {line.split("|")[0]: line.split("|")[1:] for line in sacct}
+    steps = {step: fields for step, *fields in (line.split("|") for line in sacct)}
     assert steps[job][0] == "COMPLETED" and steps[f"{job}.0"][0] == "OUT_OF_MEMORY", steps
     # The step was held to mem_mb_per_gpu, the job asked that and the
     # workflow's share: the kernel's kill stayed in the step, where only the

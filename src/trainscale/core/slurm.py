@@ -89,10 +89,12 @@ def srun_command(
     return srun
 
 
-def _ask_slurm(argv: list[str]) -> str:
+def _ask_slurm(argv: list[str], timeout: float = 30) -> str:
     """What a SLURM command prints, or '' if it cannot say."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -189,15 +191,10 @@ def rank_env_from_slurm(env=None) -> dict[str, str]:
 def slurm_job_reason() -> str:
     """Why SLURM is ending this job, as squeue says while it completes:
     `TimeLimit` at the time limit, `None` after scancel, others on node failure."""
-    try:
-        return subprocess.run(
-            ["squeue", "-h", "-j", os.environ["SLURM_JOB_ID"], "-o", "%r"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError, KeyError):
+    if not in_slurm_job():
         return ""
+    # Asked while SLURM's SIGTERM grace runs: a shorter wait than the others.
+    return _ask_slurm(["squeue", "-h", "-j", os.environ["SLURM_JOB_ID"], "-o", "%r"], 10).strip()
 
 
 def _tasks_per_node(spec: str) -> list[int]:
