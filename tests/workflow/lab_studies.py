@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from conftest import LAB, REPO, copy_repository, start_snakemake
+from conftest import LAB, REPO, copy_repository, snakemake, start_snakemake
 
 from trainscale.core.records import is_record_name
 
@@ -70,18 +70,27 @@ class LabStudy:
     args: list[str]
     process: subprocess.Popen
     output_file: Path
+    dry_run: str = ""
 
     @classmethod
-    def start(cls, folder: Path, name: str, config: dict, until: str = "") -> LabStudy:
+    def start(
+        cls, folder: Path, name: str, config: dict, until: str = "", dry_run: bool = False
+    ) -> LabStudy:
         """`until`: run only the jobs up to that rule (Snakemake's --until);
-        `args` stay the whole study's, for the test's later runs."""
+        `args` stay the whole study's, for the test's later runs. `dry_run`:
+        Snakemake's plan (-n) first, before the study has begun: a dry run
+        beside the running study would see its jobs under way."""
         repo = copy_repository(str(folder / "repo"))
         args = profile_args(repo, f"{name}.yaml", config)
+        plan = ""
+        if dry_run:
+            dry = snakemake(repo, "-n", *args)
+            plan = dry.stdout + dry.stderr
         output_file = folder / "snakemake.out"
         first = [*args, "--until", until] if until else args
         with open(output_file, "w") as output:
             process = start_snakemake(repo, *first, stdout=output, stderr=subprocess.STDOUT)
-        return cls(repo, args, process, output_file)
+        return cls(repo, args, process, output_file, plan)
 
     def wait(self, timeout: float = 1200) -> tuple[int, str]:
         """Its exit status and output, once it has ended."""
@@ -237,14 +246,19 @@ class Campaign:
     studies: dict[str, LabStudy] = field(default_factory=dict)
     outcomes: dict[str, dict] = field(default_factory=dict)
     threads: dict[str, threading.Thread] = field(default_factory=dict)
-    dry_runs: dict[str, str] = field(default_factory=dict)
 
     def start(
-        self, folder: Path, name: str, config: dict, action=None, until: str = ""
+        self,
+        folder: Path,
+        name: str,
+        config: dict,
+        action=None,
+        until: str = "",
+        dry_run: bool = False,
     ) -> LabStudy:
-        """Study `name` on the lab (up to rule `until`); `action(study,
-        outcome)` in a thread beside it."""
-        self.studies[name] = study = LabStudy.start(folder, name, config, until)
+        """Study `name` on the lab (up to rule `until`; its plan first with
+        `dry_run`); `action(study, outcome)` in a thread beside it."""
+        self.studies[name] = study = LabStudy.start(folder, name, config, until, dry_run)
         if action is not None:
             self.outcomes[name] = {}
             thread = threading.Thread(target=action, args=(study, self.outcomes[name]))
@@ -357,12 +371,8 @@ def start_campaign(new_folder) -> Campaign:
     """Every lab study of the suite, started at once (new_folder(name): a
     folder of its own for each): the lab study (tests/slurm-lab/study.yaml,
     its dry run first), the studies beside it, and the lost nodes'."""
-    from conftest import snakemake
-
     campaign = Campaign()
-    lab = campaign.start(new_folder("lab"), "lab", study_config())
-    dry = snakemake(lab.repo, "-n", *lab.args)
-    campaign.dry_runs["lab"] = dry.stdout + dry.stderr
+    campaign.start(new_folder("lab"), "lab", study_config(), dry_run=True)
     # The studies beside the lab study stop at what their tests read (the
     # records; the OOM study's table): the lab study runs every rule, and the
     # analyses of the others' records, on this machine's cores, would only

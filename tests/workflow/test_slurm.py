@@ -65,8 +65,8 @@ def test_each_launch_kind_through_the_slurm_profile(lab_campaign, record_propert
     """Minutes: it waits for the lab study's 9 jobs, which SLURM runs beside
     every other lab study's (about 20 jobs in all, 2 to 8 ranks each, on
     this machine's cores); the other lab tests then find theirs done."""
-    assert train_jobs(lab_campaign.dry_runs["lab"]) == len(EXPECTED)
     study = lab_campaign.studies["lab"]
+    assert train_jobs(study.dry_run) == len(EXPECTED), study.dry_run[-3000:]
     returncode, output = study.wait()
     assert returncode == 0, output[-4000:]
 
