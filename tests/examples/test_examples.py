@@ -64,6 +64,10 @@ DATA_RUNS = data_run_cases(EXAMPLES)
 @pytest.mark.slow
 @pytest.mark.parametrize("example", DATA_RUNS, ids=[example.name for example in DATA_RUNS])
 def test_example_trains_on_real_data(example, archive_dir, text_file):
+    """Ray's case over a minute on a slow or loaded CPU (81 s on an AVX2
+    AMD EPYC, 32 s on a Zen 5 one): Ray's instance starts, then Train's
+    controller actor and the workers, each a process importing torch and Ray,
+    before the first step."""
     losses, stdout = example_data_run(example, archive_dir, text_file)
     assert len(losses) == 2, stdout  # the chief prints each step; the other ranks do not
     assert all(math.isfinite(loss) and loss > 0 for loss in losses), losses
@@ -73,6 +77,10 @@ def test_example_trains_on_real_data(example, archive_dir, text_file):
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=IDS)
 def test_example_reaches_the_harness_loss(example, run_store):
+    """Ray's case over a minute on a slow or loaded CPU (78 s on an AVX2
+    AMD EPYC, 33 s on a Zen 5 one): Ray's instance starts, then Train's
+    controller actor and the workers, each a process importing torch and Ray,
+    before the first step."""
     # Same seed, synthetic batch and plain SGD: the same loss at step 2
     # (after one update), so the examples and the measured code cannot drift
     # apart. The harness's run is shared (example_runs.reference_framework).

@@ -52,6 +52,10 @@ CASES = [(name, []) for name in DISTRIBUTED] + [
 def test_two_replicas_match_one_device_on_the_full_batch(
     run_store, cifar_dir, reference, framework, options
 ):
+    """Ray's case over a minute on a slow or loaded CPU (60 s on an AVX2
+    AMD EPYC, 29 s on a Zen 5 one): Ray's instance starts, then Train's
+    controller actor and the workers, each a process importing torch and Ray,
+    before the first step (the shared run, which this test reads first)."""
     run = framework_run(run_store, cifar_dir, framework, 2, *options)
     assert run.record["batch_size"] == GLOBAL_BATCH // 2
     assert_trains_like_one_device(reference, run.weights(), ATOL, " ".join([framework, *options]))

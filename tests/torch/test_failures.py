@@ -82,6 +82,10 @@ def killed(run_store, mnist_dir, framework: str) -> KilledRun:
 
 @pytest.mark.parametrize("framework", RANKS)
 def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(run_store, mnist_dir, framework):
+    """Ray's case over a minute on a slow or loaded CPU (61 s on an AVX2
+    AMD EPYC, 30 s on a Zen 5 one): Ray's instance starts, then Train's
+    controller actor and the workers, each a process importing torch and Ray,
+    before the first step that the rank is killed in."""
     assert_it_ended_quickly_without_a_record(killed(run_store, mnist_dir, framework))
 
 
@@ -136,6 +140,10 @@ def _run_in_memory_cgroup(args, limit_mb):
 
 @pytest.mark.parametrize("framework", new_kinds(one_per_launch_kind("torch")))
 def test_out_of_memory_is_a_recorded_outcome(tmp_path, mnist_dir, framework):
+    """Ray's case over a minute on a slow or loaded CPU (68 s on an AVX2
+    AMD EPYC, 31 s on a Zen 5 one): Ray's instance starts, then Train's
+    controller actor and the workers, each a process importing torch and Ray,
+    before the first step that runs out of memory."""
     # torch's CPU allocator raises a RuntimeError ("DefaultCPUAllocator: can't
     # allocate memory"), torch-ddp's here; the launcher reads it from the
     # output, as for TensorFlow. VGG-16 at 224x224, batch 64, does not fit the cap.

@@ -53,6 +53,9 @@ def _peak_mib(tmp_path, framework, *options) -> float:
 
 @pytest.mark.parametrize(("sharded", "whole"), PAIRS, ids=[p[0][0] for p in PAIRS])
 def test_sharding_holds_less_memory_per_replica(tmp_path, sharded, whole):
+    """Over a minute on a CPU without bf16 instructions (110 s on an AVX2 AMD
+    EPYC, 24 s on a Zen 5 one): two DeepSpeed runs of 2 ranks, VGG-16's 34 M
+    parameters with Adam in bf16, DeepSpeed's engine set up in each rank."""
     sharded_mib, whole_mib = _peak_mib(tmp_path, *sharded), _peak_mib(tmp_path, *whole)
     print(
         f"{' '.join(sharded)}: {sharded_mib:.0f} MiB per replica; "

@@ -79,6 +79,10 @@ def study(run_store):
 
 @pytest.mark.slow
 def test_records_tables_and_figures(study):
+    """Over a minute where it is the first to ask for the study (its fixture):
+    Snakemake trains the study's 5 points, TensorFlow and Horovod processes of
+    1 and 2 ranks, then runs every analysis rule (33 s on a Zen 5 VM, 106 s on
+    an AVX2 one beside the other worker's tests)."""
     repo, _ = study
     folder = os.path.join(repo, "results", "tiny-cpu")
     tidy = pd.read_csv(os.path.join(folder, "throughput.csv"))
@@ -214,6 +218,10 @@ def test_changed_settings_are_refused_naming_the_keys_and_nothing_runs(study, tm
 
 @pytest.mark.slow
 def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, tmp_path):
+    """Over a minute on a slow CPU (38 s on a Zen 5 VM, 94 s on an AVX2 one):
+    two torch-ddp points trained through Snakemake from .venv-torch, then three
+    more Snakemake runs (a dry run, a subset, the saved union) that train
+    nothing but rebuild the tables."""
     repo = _copy_of_study(study, tmp_path)
     folder = Path(repo, "results", "tiny-cpu")
     saved_before = (folder / "config.yaml").read_text()
@@ -334,6 +342,9 @@ def test_a_train_job_into_a_cached_study_is_refused(repo_copy, run_store, how):
 
 @pytest.mark.slow
 def test_knob_axes_run_as_grid_points_of_their_own(tmp_path):
+    """Over a minute on a slow CPU (28 s on a Zen 5 VM, 74 s on an AVX2 one):
+    a study of its own, 4 points trained through Snakemake (XLA's two values
+    for tf-single, Horovod's two compressions), and its analyses."""
     repo = copy_repository(str(tmp_path / "repo"))
     study = study_variant(
         "knobs",

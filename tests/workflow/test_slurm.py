@@ -137,7 +137,9 @@ def test_each_system_runs_on_its_own_partition_and_the_table_puts_them_side_by_s
     """cluster.systems on the lab's two node types (lab_studies.systems_study):
     a point of each reached its partition's nodes only, and the systems table
     compares them. One machine's cores: this proves the routing, not a
-    difference of hardware."""
+    difference of hardware. Over a minute where it is the first lab test to
+    wait (100 s in CI): its two jobs run among the lab's other jobs
+    (conftest.lab_campaign), on this machine's cores."""
     study = lab_campaign.studies["systems"]
     returncode, output = study.wait()
     assert returncode == 0, output[-4000:]
