@@ -70,7 +70,7 @@ class LabStudy:
     args: list[str]
     process: subprocess.Popen
     output_file: Path
-    dry_run: str = ""
+    dry_run_output: str = ""  # Snakemake's -n, with start(dry_run=True)
 
     @classmethod
     def start(
@@ -82,15 +82,15 @@ class LabStudy:
         beside the running study would see its jobs under way."""
         repo = copy_repository(str(folder / "repo"))
         args = profile_args(repo, f"{name}.yaml", config)
-        plan = ""
+        dry_run_output = ""
         if dry_run:
             dry = snakemake(repo, "-n", *args)
-            plan = dry.stdout + dry.stderr
+            dry_run_output = dry.stdout + dry.stderr
         output_file = folder / "snakemake.out"
         first = [*args, "--until", until] if until else args
         with open(output_file, "w") as output:
             process = start_snakemake(repo, *first, stdout=output, stderr=subprocess.STDOUT)
-        return cls(repo, args, process, output_file, plan)
+        return cls(repo, args, process, output_file, dry_run_output)
 
     def wait(self, timeout: float = 1200) -> tuple[int, str]:
         """Its exit status and output, once it has ended."""

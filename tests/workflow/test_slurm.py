@@ -66,7 +66,7 @@ def test_each_launch_kind_through_the_slurm_profile(lab_campaign, record_propert
     every other lab study's (about 20 jobs in all, 2 to 8 ranks each, on
     this machine's cores); the other lab tests then find theirs done."""
     study = lab_campaign.studies["lab"]
-    assert train_jobs(study.dry_run) == len(EXPECTED), study.dry_run[-3000:]
+    assert train_jobs(study.dry_run_output) == len(EXPECTED), study.dry_run_output[-3000:]
     returncode, output = study.wait()
     assert returncode == 0, output[-4000:]
 
