@@ -8,6 +8,7 @@ from its grid (profiles/local/study.yaml) with made-up numbers, since what is
 checked depends on its frameworks, knobs and labels, not on its speeds.
 """
 
+import functools
 import os
 from pathlib import Path
 
@@ -20,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
+from trainscale.analysis import predict, predict_report  # noqa: E402
 from trainscale.analysis.figures import write_figures  # noqa: E402
 from trainscale.analysis.predict_report import write_predictions  # noqa: E402
 from trainscale.analysis.refactoring_report import write_refactoring  # noqa: E402
@@ -62,10 +64,6 @@ def demo_tidy() -> pd.DataFrame:
 
 def draw_study(folder: Path, tidy: pd.DataFrame, reference: str | None, monkeypatch):
     """Every figure the workflow draws for a study (figures, predict), kept open."""
-    import functools
-
-    from trainscale.analysis import predict, predict_report
-
     drawn = []
     monkeypatch.setattr(plt, "close", lambda fig=None: drawn.append(fig))
     # The predicted figure's artists (lines, bands, legend, labels) are the
