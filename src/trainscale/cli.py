@@ -11,6 +11,7 @@ import dataclasses
 import os
 import sys
 
+from trainscale.analysis.parallel_plan_report import plan_parser, run_plan
 from trainscale.catalogue.options import OPTIONS, RunOptions, validate_options
 from trainscale.catalogue.registry import FRAMEWORKS, REGISTRY, framework_spec
 from trainscale.catalogue.settings import (
@@ -66,6 +67,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     _predict_parser(commands)
     _relabel_parser(commands)
     probe_parser(commands)
+    plan_parser(commands)
     return parser, dict(commands.choices)
 
 
@@ -78,7 +80,7 @@ def parse(argv: list[str] | None = None):
         script_arguments = argv[argv.index("--") + 1 :]
         argv = argv[: argv.index("--")]
     args = parser.parse_args(argv)
-    if args.command in ("example", "refactoring", "predict", "probe", "relabel"):
+    if args.command in ("example", "refactoring", "predict", "probe", "relabel", "plan"):
         args.arguments = script_arguments
         return args, None, None
     settings = RunSettings(**_fields_of(RunSettings, args))
@@ -233,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             return _predict(args)
         if args.command == "relabel":
             return _relabel(args)
+        if args.command == "plan":
+            return run_plan(args)
         if args.command == "probe":
             _require(TRANSPORTS[args.transport].framework)
             return run_probe(args)

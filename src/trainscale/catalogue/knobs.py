@@ -276,17 +276,18 @@ FSDP_KNOBS = (
 )
 
 
+ZERO_STAGE = Setting(
+    "zero_stage",
+    int,
+    0,
+    "deepspeed: ZeRO's stage: 0 data parallel, 1 optimizer state, 2 and "
+    "gradients, 3 and parameters sharded over the replicas",
+    choices=(0, 1, 2, 3),
+    axis=True,
+    group="communication",
+)
 DEEPSPEED_KNOBS = (
-    Setting(
-        "zero_stage",
-        int,
-        0,
-        "deepspeed: ZeRO's stage: 0 data parallel, 1 optimizer state, 2 and "
-        "gradients, 3 and parameters sharded over the replicas",
-        choices=(0, 1, 2, 3),
-        axis=True,
-        group="communication",
-    ),
+    ZERO_STAGE,
     # ZeRO's buffers, at DeepSpeed 0.19.8's defaults (runtime/zero/config.py),
     # in numbers of elements: what a sharded run holds beyond its shards.
     Setting(
@@ -342,42 +343,41 @@ DEEPSPEED_KNOBS = (
 )
 
 
-PIPELINE_KNOBS = (
-    Setting(
-        "pipeline_schedule",
-        str,
-        "1f1b",
-        "torch-pipeline: gpipe (every microbatch's forward, then every backward) or "
-        "1f1b (one forward, one backward in the steady state: fewer live activations)",
-        choices=("gpipe", "1f1b"),
-        axis=True,
-        group="model parallelism",
-    ),
-    Setting(
-        "pipeline_microbatches",
-        int,
-        4,
-        "torch-pipeline: microbatches the global batch is cut into (more: a smaller "
-        "bubble, smaller matrix products; 0: one per stage)",
-        minimum=0,
-        axis=True,
-        group="model parallelism",
-    ),
+PIPELINE_SCHEDULE = Setting(
+    "pipeline_schedule",
+    str,
+    "1f1b",
+    "torch-pipeline: gpipe (every microbatch's forward, then every backward) or "
+    "1f1b (one forward, one backward in the steady state: fewer live activations)",
+    choices=("gpipe", "1f1b"),
+    axis=True,
+    group="model parallelism",
 )
 
-
-TENSOR_PARALLEL_KNOBS = (
-    Setting(
-        "tensor_parallel",
-        int,
-        0,
-        "torch-tp: ranks in each tensor-parallel group (the mesh is replicas/N x N, "
-        "FSDP2 across the groups); 0: every rank in one group",
-        minimum=0,
-        axis=True,
-        group="model parallelism",
-    ),
+PIPELINE_MICROBATCHES = Setting(
+    "pipeline_microbatches",
+    int,
+    4,
+    "torch-pipeline: microbatches the global batch is cut into (more: a smaller "
+    "bubble, smaller matrix products; 0: one per stage)",
+    minimum=0,
+    axis=True,
+    group="model parallelism",
 )
+PIPELINE_KNOBS = (PIPELINE_SCHEDULE, PIPELINE_MICROBATCHES)
+
+
+TENSOR_PARALLEL = Setting(
+    "tensor_parallel",
+    int,
+    0,
+    "torch-tp: ranks in each tensor-parallel group (the mesh is replicas/N x N, "
+    "FSDP2 across the groups); 0: every rank in one group",
+    minimum=0,
+    axis=True,
+    group="model parallelism",
+)
+TENSOR_PARALLEL_KNOBS = (TENSOR_PARALLEL,)
 
 
 # Its workers run torch-ddp's step: DDP's knobs are its knobs too.

@@ -1,0 +1,298 @@
+"""`trainscale plan`: every parallel configuration of a GPT on a cluster,
+whether it fits in a device's memory, and its predicted step time, ranked.
+
+A **parallel configuration** splits the cluster's W = nodes x GPUs ranks
+into data x tensor x pipeline degrees (Megatron-LM's order: a tensor group
+inside a node, then the data-parallel replicas, the pipeline's stages
+outermost), with a ZeRO stage over the data ranks (FSDP2 is stage 3), the
+pipeline's microbatches and schedule, and activation checkpointing on or off.
+
+Memory per rank is the memory model's (trainscale.analysis.memory_model:
+model states after the tensor, pipeline and ZeRO splits, activations for the
+microbatches the schedule keeps in flight), at the pipeline's worst stage.
+
+The step time is the sum of terms, each the algorithm the backend runs:
+
+- compute: the slowest pipeline stage's FLOPs (trainscale.core.gpt's 6N +
+  12LHQT per token, 8N with checkpointing: a second forward; the last
+  stage holds the head too) over its data and tensor ranks, at a share of
+  the device's peak (`mfu`);
+- the pipeline's bubble: a stage idles (p - 1) microbatch slots of its
+  (m + p - 1), for GPipe and 1F1B alike (Narayanan et al. 2021);
+- the data-parallel exchange: a ring over the d replicas moves 2(d-1)/d of
+  the gradient's bytes (an all-reduce, or ZeRO-1/2's reduce-scatter and
+  all-gather), 3(d-1)/d under ZeRO-3 and FSDP2 (Rajbhandari et al., §7),
+  over a node's links when the replicas fit in one, else the network; it
+  hides behind up to `overlap` of the backward pass (as `trainscale
+  predict`'s step model has it);
+- tensor parallelism: each block all-reduces its activations twice in
+  forward and twice in backward (three times with checkpointing's second
+  forward), over the node's links (Shoeybi et al. 2019);
+- the pipeline's sends: each microbatch's activations forward and their
+  gradient back, once per stage boundary a rank has.
+
+Every term is assumed in this first version (no record is read yet), and
+each is labelled so in the plan: the share of peak, the links, the overlap
+and the memory the runtime holds besides tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainscale.analysis.memory_model import (
+    BYTES,
+    activation_bytes,
+    microbatches_in_flight,
+    model_state_bytes,
+    rank_parameters,
+)
+from trainscale.analysis.predict import BACKWARD_SHARE
+from trainscale.catalogue.knobs import (
+    PIPELINE_MICROBATCHES,
+    PIPELINE_SCHEDULE,
+    TENSOR_PARALLEL,
+    ZERO_STAGE,
+)
+from trainscale.core.gpt import GPT_SHAPES, MLP_RATIO, block_parameters, stage_blocks
+
+ZERO_STAGES = (0, 1, 2, 3)
+# Microbatches per stage tried for a pipeline: m = p x each (Megatron-LM's
+# guidance is m >= 4p for a bubble under a fifth).
+MICROBATCHES_PER_STAGE = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The hardware a plan is for; each a number from a data sheet or a probe."""
+
+    nodes: int
+    gpus_per_node: int
+    device_memory_gib: float
+    peak_tflops: float  # one device, dense, at the run's precision
+    intra_gb_per_s: float  # one device's bus bandwidth to the others of its node
+    inter_gb_per_s: float  # one device's share of the network between nodes
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained: a ladder model, its sequence and vocabulary, the
+    global batch in sequences, and how."""
+
+    model: str
+    seq_len: int
+    vocabulary: int
+    global_batch: int
+    precision: str = "bf16"
+    optimizer: str = "adam"
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """The terms no record fits yet, each labelled in the plan."""
+
+    mfu: float = 0.4  # the share of peak a rank's compute reaches
+    overlap: float = 0.0  # the share of the backward pass the data-parallel exchange hides behind
+    reserved_gib: float = 1.0  # the runtime's own memory: CUDA context, allocator slack
+    headroom: float = 0.1  # the share of device memory kept free
+
+
+@dataclass(frozen=True)
+class Configuration:
+    data: int
+    tensor: int
+    pipeline: int
+    shard_stage: int
+    microbatches: int = 1
+    checkpointing: bool = False
+    schedule: str = "1f1b"
+
+    @property
+    def name(self) -> str:
+        parts = [f"dp{self.data}", f"tp{self.tensor}", f"pp{self.pipeline}"]
+        if self.shard_stage:
+            parts.append(f"zero{self.shard_stage}")
+        if self.pipeline > 1:
+            parts.append(f"m{self.microbatches} {self.schedule}")
+        if self.checkpointing:
+            parts.append("ckpt")
+        return " ".join(parts)
+
+    def runs_as(self) -> tuple[str, ...]:
+        """The trainscale frameworks (and knobs) that run it; none: predicted only."""
+        d, t, p, z = self.data, self.tensor, self.pipeline, self.shard_stage
+        zero = f"deepspeed {ZERO_STAGE.name}={z}"
+        if t == 1 and p == 1:
+            return {0: ("torch-ddp", zero), 3: ("torch-fsdp", zero)}.get(z, (zero,))
+        if p == 1 and (z == 3 or d == 1):  # FSDP2 across the tensor groups
+            return (f"torch-tp {TENSOR_PARALLEL.name}={t}",)
+        if t == 1 and d == 1:
+            return (
+                f"torch-pipeline {PIPELINE_MICROBATCHES.name}={self.microbatches} "
+                f"{PIPELINE_SCHEDULE.name}={self.schedule}",
+            )
+        return ()
+
+
+@dataclass(frozen=True)
+class Prediction:
+    configuration: Configuration
+    memory_bytes: dict[str, float]  # the worst stage's, by kind
+    seconds: dict[str, float]  # the step's terms
+    fits: bool
+    tokens_per_step: int
+
+    @property
+    def step_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def tokens_per_sec(self) -> float:
+        return self.tokens_per_step / self.step_seconds
+
+
+def configurations(cluster: Cluster, workload: Workload) -> list[Configuration]:
+    """Every configuration the cluster's ranks split into: a tensor degree
+    dividing a node's GPUs and the model's heads, a pipeline of at most one
+    block a stage, a global batch that divides over the replicas and the
+    microbatches, each ZeRO stage (tensor groups: none, or FSDP2's 3)."""
+    shape = GPT_SHAPES[workload.model]
+    found = []
+    for t in _divisors(cluster.gpus_per_node):
+        if shape.heads % t:
+            continue
+        for p in _divisors(cluster.devices // t):
+            d = cluster.devices // (t * p)
+            if p > shape.layers or workload.global_batch % d:
+                continue
+            per_replica = workload.global_batch // d
+            zeros = ZERO_STAGES if t == 1 and p == 1 else (0, 3) if p == 1 else (0, 1)
+            microbatches = sorted({p * k for k in MICROBATCHES_PER_STAGE}) if p > 1 else [1]
+            for z in zeros if d > 1 else (0,):
+                for m in microbatches:
+                    if per_replica % m:
+                        continue
+                    for ckpt in (False, True):
+                        found.append(Configuration(d, t, p, z, m, ckpt))
+    return found
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def memory(config: Configuration, workload: Workload, assumed: Assumptions) -> dict[str, float]:
+    """Bytes one rank holds at most, at its pipeline's fullest stage: model
+    states (DeepSpeed below ZeRO-3 keeps 16-bit weights and an fp32 master;
+    the others fp32 weights under autocast), activations, ZeRO-3's gathered
+    blocks (the one computing and the one prefetched) and the runtime's own."""
+    w = workload
+    worst: dict[str, float] = {}
+    for stage in range(config.pipeline):
+        held = rank_parameters(
+            w.model, w.seq_len, w.vocabulary, config.tensor, stage, config.pipeline
+        )
+        weights = w.precision if config.shard_stage in (1, 2) else "fp32"
+        states = model_state_bytes(held, w.optimizer, weights, config.data, config.shard_stage)
+        microbatch = w.global_batch // (config.data * config.microbatches)
+        kept = activation_bytes(
+            w.model,
+            microbatch,
+            w.seq_len,
+            w.vocabulary,
+            w.precision,
+            config.checkpointing,
+            stage,
+            config.pipeline,
+            config.tensor,
+        )
+        in_flight = microbatches_in_flight(
+            config.schedule, config.microbatches, stage, config.pipeline
+        )
+        held_bytes = {
+            **states,
+            "activations": kept * in_flight,
+            "gathered": _gathered_bytes(config, w) if config.shard_stage == 3 else 0.0,
+            "reserved": assumed.reserved_gib * 2**30,
+        }
+        if sum(held_bytes.values()) > sum(worst.values()):
+            worst = held_bytes
+    return worst
+
+
+def _gathered_bytes(config: Configuration, workload: Workload) -> float:
+    shape = GPT_SHAPES[workload.model]
+    width = shape.width
+    block = (4 * width * width + 2 * width * MLP_RATIO * width) // config.tensor
+    return 2 * BYTES["fp32"] * block
+
+
+def stage_flops_per_token(workload: Workload, stage: int, stages: int) -> int:
+    """Training FLOPs per token of pipeline stage `stage` of `stages`, as
+    trainscale.core.gpt counts the whole model's (6 per weight that
+    multiplies, 12LHQT for attention): its blocks, and the final norm and
+    the head on the last stage. The stages' sum is the model's count."""
+    shape = GPT_SHAPES[workload.model]
+    blocks = len(stage_blocks(shape.layers, stage, stages))
+    dense = blocks * block_parameters(shape)
+    if stage == stages - 1:
+        dense += 2 * shape.width + shape.width * workload.vocabulary
+    return 6 * dense + 12 * blocks * shape.width * workload.seq_len
+
+
+def step_terms(
+    config: Configuration, cluster: Cluster, workload: Workload, assumed: Assumptions
+) -> dict[str, float]:
+    """Seconds of each term of one step (the module's docstring), at the
+    pipeline's slowest stage: the others wait for it."""
+    w, c, p, m = workload, cluster, config.pipeline, config.microbatches
+    shape = GPT_SHAPES[w.model]
+    tokens = w.global_batch * w.seq_len
+    slowest = max(range(p), key=lambda stage: stage_flops_per_token(w, stage, p))
+    flops = stage_flops_per_token(w, slowest, p) * tokens / (config.data * config.tensor)
+    if config.checkpointing:
+        flops = flops * 4 / 3  # a second forward: 8N where training is 6N
+    compute = flops / (assumed.mfu * c.peak_tflops * 1e12)
+    bubble = compute * (p - 1) / m
+    microbatch_bytes = tokens // (config.data * m) * shape.width * BYTES[w.precision]
+    tensor = 0.0
+    if config.tensor > 1:
+        calls = (6 if config.checkpointing else 4) * len(stage_blocks(shape.layers, slowest, p))
+        tensor = calls * m * _ring(config.tensor, microbatch_bytes, c.intra_gb_per_s)
+    data = 0.0
+    if config.data > 1:
+        held = rank_parameters(w.model, w.seq_len, w.vocabulary, config.tensor, slowest, p)
+        grad_bytes = held * (BYTES[w.precision] if config.shard_stage in (1, 2) else 4)
+        passes = 3 if config.shard_stage == 3 else 2
+        within_node = config.tensor * config.data <= c.gpus_per_node
+        bandwidth = c.intra_gb_per_s if within_node else c.inter_gb_per_s
+        exchange = passes / 2 * _ring(config.data, grad_bytes, bandwidth)
+        data = max(0.0, exchange - assumed.overlap * BACKWARD_SHARE * compute)
+    sends = 0.0
+    if p > 1:
+        crosses = config.tensor * config.data * p > c.gpus_per_node
+        bandwidth = c.inter_gb_per_s if crosses else c.intra_gb_per_s
+        sends = 2 * m * microbatch_bytes / (bandwidth * 1e9)  # forward, and the gradient back
+    return {"compute": compute, "bubble": bubble, "data": data, "tensor": tensor, "pipeline": sends}
+
+
+def _ring(ranks: int, size: float, gb_per_s: float) -> float:
+    """Seconds of a ring all-reduce of `size` bytes over `ranks` ranks at
+    `gb_per_s` bus bandwidth: 2(n-1)/n of the bytes cross each link."""
+    return 2 * (ranks - 1) / ranks * size / (gb_per_s * 1e9)
+
+
+def plan(cluster: Cluster, workload: Workload, assumed: Assumptions) -> list[Prediction]:
+    """Every configuration, those that fit first, fastest first."""
+    usable = (1 - assumed.headroom) * cluster.device_memory_gib * 2**30
+    found = []
+    for config in configurations(cluster, workload):
+        held = memory(config, workload, assumed)
+        seconds = step_terms(config, cluster, workload, assumed)
+        tokens = workload.global_batch * workload.seq_len
+        found.append(Prediction(config, held, seconds, sum(held.values()) <= usable, tokens))
+    return sorted(found, key=lambda p: (not p.fits, -p.tokens_per_sec))

@@ -1,0 +1,169 @@
+"""`trainscale plan` (trainscale.analysis.parallel_plan): the configurations
+a cluster's ranks split into, what each rank holds (the memory model's
+counts), each term of the step as the algorithm it models, and the command."""
+
+import os
+
+import pytest
+from conftest import REPO
+
+from trainscale.analysis.memory_model import (
+    activation_bytes,
+    model_state_bytes,
+    peak_tensor_bytes,
+    rank_parameters,
+)
+from trainscale.analysis.parallel_plan import (
+    Assumptions,
+    Cluster,
+    Configuration,
+    Workload,
+    configurations,
+    memory,
+    plan,
+    stage_flops_per_token,
+    step_terms,
+)
+from trainscale.analysis.predict import BACKWARD_SHARE
+from trainscale.cli import main
+from trainscale.core.gpt import GPT_SHAPES, training_flops_per_token
+
+H100_NODES = Cluster(4, 8, 80, 989.4, intra_gb_per_s=450, inter_gb_per_s=50)
+XL = Workload("gpt2-xl", 1024, 50257, global_batch=512)
+NO_RUNTIME = Assumptions(reserved_gib=0)
+
+
+def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
+    w = Workload("gpt-mini", 128, 1000, global_batch=32, precision="fp32")
+    ddp = memory(Configuration(4, 1, 1, 0), w, NO_RUNTIME)
+    assert sum(ddp.values()) == peak_tensor_bytes("gpt-mini", 8, 128, 1000)
+    # ZeRO-3 splits all three model states over the 4 replicas, and holds two
+    # blocks' weights gathered (the one computing and the one prefetched).
+    zero3 = memory(Configuration(4, 1, 1, 3), w, NO_RUNTIME)
+    for kind in ("parameters", "gradients", "optimizer"):
+        assert zero3[kind] == pytest.approx(ddp[kind] / 4)
+    width = GPT_SHAPES["gpt-mini"].width
+    assert zero3["gathered"] == 2 * 4 * 12 * width * width
+    assert zero3["activations"] == ddp["activations"]
+    # A pipeline's fullest stage: 1F1B's stage s keeps p - s microbatches in
+    # flight, GPipe's all m; the last stage holds the head and the loss.
+    for schedule, in_flight in (("1f1b", (2, 1)), ("gpipe", (8, 8))):
+        config = Configuration(1, 1, 2, 0, microbatches=8, schedule=schedule)
+        held = memory(config, w, NO_RUNTIME)
+        totals = [
+            sum(model_state_bytes(rank_parameters("gpt-mini", 128, 1000, 1, s, 2)).values())
+            + in_flight[s] * activation_bytes("gpt-mini", 4, 128, 1000, stage=s, stages=2)
+            for s in (0, 1)
+        ]
+        assert sum(held.values()) == max(totals), schedule
+
+
+def test_the_stages_flops_add_up_to_the_models():
+    for stages in (1, 2, 3, 5, 48):
+        total = sum(stage_flops_per_token(XL, s, stages) for s in range(stages))
+        assert total == training_flops_per_token("gpt2-xl", 1024, 50257), stages
+
+
+def test_each_term_is_the_algorithm_it_models():
+    def terms(config, assumed=NO_RUNTIME):
+        return step_terms(config, H100_NODES, XL, assumed)
+
+    ddp = terms(Configuration(32, 1, 1, 0))
+    gradient = 4 * rank_parameters("gpt2-xl", 1024, 50257)
+    tokens = 512 * 1024
+    flops = training_flops_per_token("gpt2-xl", 1024, 50257) * tokens / 32
+    assert ddp["compute"] == pytest.approx(flops / (0.4 * 989.4e12))
+    # A ring over 32 replicas of 4 nodes crosses the network: 2(d-1)/d of the bytes.
+    assert ddp["data"] == pytest.approx(2 * 31 / 32 * gradient / 50e9)
+    assert ddp["bubble"] == ddp["tensor"] == ddp["pipeline"] == 0
+    # 8 replicas of 4-way tensor groups: still across nodes; within one: the node's links.
+    assert terms(Configuration(8, 4, 1, 3))["data"] > 0
+    inside = step_terms(
+        Configuration(8, 1, 1, 0), Cluster(1, 8, 80, 989.4, 450, 50), XL, NO_RUNTIME
+    )
+    assert inside["data"] == pytest.approx(2 * 7 / 8 * gradient / 450e9)
+    # ZeRO-3 moves 3 passes to the all-reduce's 2; overlap hides up to its share of backward.
+    assert terms(Configuration(32, 1, 1, 3))["data"] == pytest.approx(1.5 * ddp["data"])
+    hidden = terms(Configuration(32, 1, 1, 0), Assumptions(overlap=0.5))
+    assert hidden["data"] == pytest.approx(ddp["data"] - 0.5 * BACKWARD_SHARE * ddp["compute"])
+    # Checkpointing: a second forward, 8N for 6N.
+    assert terms(Configuration(32, 1, 1, 0, checkpointing=True))["compute"] == pytest.approx(
+        ddp["compute"] * 4 / 3
+    )
+    # Tensor parallelism: 4 all-reduces a block a microbatch of its activations.
+    tp = terms(Configuration(4, 8, 1, 3))
+    activations = 512 // 4 * 1024 * 1600 * 2
+    assert tp["tensor"] == pytest.approx(4 * 48 * 2 * 7 / 8 * activations / 450e9)
+    # The pipeline: (p-1)/m of the slowest stage's compute idle; its sends both ways.
+    pp = terms(Configuration(8, 1, 4, 0, microbatches=16))
+    assert pp["bubble"] == pytest.approx(pp["compute"] * 3 / 16)
+    assert pp["pipeline"] == pytest.approx(2 * 16 * 512 // 8 // 16 * 1024 * 1600 * 2 / 50e9)
+    slowest = max(stage_flops_per_token(XL, s, 4) for s in range(4))
+    assert pp["compute"] == pytest.approx(slowest * tokens / 8 / (0.4 * 989.4e12))
+
+
+def test_the_configurations_split_every_rank_and_say_what_runs_them():
+    node = Cluster(1, 4, 80, 100.0, 100, 10)
+    found = configurations(node, Workload("gpt-mini", 128, 1000, global_batch=32))
+    assert all(c.data * c.tensor * c.pipeline == 4 for c in found)
+    assert {(c.data, c.tensor, c.pipeline) for c in found} == {
+        (4, 1, 1),
+        (2, 2, 1),
+        (1, 4, 1),
+        (2, 1, 2),
+        (1, 1, 4),
+        (1, 2, 2),
+    }
+    runs_as = {(c.data, c.tensor, c.pipeline, c.shard_stage): c.runs_as() for c in found}
+    assert runs_as[4, 1, 1, 0] == ("torch-ddp", "deepspeed zero_stage=0")
+    assert runs_as[4, 1, 1, 3] == ("torch-fsdp", "deepspeed zero_stage=3")
+    assert runs_as[2, 2, 1, 3] == ("torch-tp tensor_parallel=2",)
+    assert runs_as[1, 4, 1, 0] == ("torch-tp tensor_parallel=4",)
+    assert runs_as[1, 1, 4, 0][0].startswith("torch-pipeline")
+    assert runs_as[2, 1, 2, 0] == runs_as[1, 2, 2, 0] == ()  # PP x DP, 3-D: predicted only
+    # gpt-mini's 4 heads: no 8-way tensor group on 8 GPUs.
+    eight = configurations(Cluster(1, 8, 80, 100.0, 100, 10), Workload("gpt-mini", 128, 1000, 32))
+    assert max(c.tensor for c in eight) == 4
+
+
+def test_a_model_too_big_for_data_parallelism_fits_sharded():
+    small = Cluster(4, 8, 24, 989.4, 450, 50)
+    predictions = plan(small, XL, Assumptions())
+    fits = {p.configuration.name: p.fits for p in predictions}
+    # 16 bytes a parameter in fp32 with Adam: 26 GB of 1.64 B parameters.
+    assert not fits["dp32 tp1 pp1"] and fits["dp32 tp1 pp1 zero3 ckpt"]
+    ranked = [p.fits for p in predictions]
+    assert ranked == sorted(ranked, reverse=True)  # those that fit first
+    speeds = [p.tokens_per_sec for p in predictions if p.fits]
+    assert speeds == sorted(speeds, reverse=True)
+
+
+def test_the_command_plans_a_system_of_a_study_and_labels_what_it_assumed(capsys, tmp_path):
+    config = os.path.join(REPO, "studies", "seed004.yaml")
+    args = [
+        "plan",
+        "--model",
+        "gpt2-small",
+        "--nodes",
+        "2",
+        "--config",
+        config,
+        "--system",
+        "node9-v100",
+        "--precision",
+        "fp16",
+    ]
+    assert main(args) == 2
+    assert "no positive --intra-gb-per-s, --inter-gb-per-s" in capsys.readouterr().err
+    links = ["--intra-gb-per-s", "130", "--inter-gb-per-s", "12.5"]
+    assert main([*args, *links, "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "on 2 x 4 devices of 32 GiB, 125 TFLOP/s" in out
+    assert "| 1 | " in out and "none: assumed" in out
+    assert "share of the device's peak a rank's compute reaches: 0.4 (--mfu)" in out
+    assert (tmp_path / "parallel_plan.md").read_text() == out
+    rows = (tmp_path / "parallel_plan.csv").read_text().splitlines()
+    assert rows[0].startswith("configuration,data,tensor,pipeline") and len(rows) > 10
+    assert main([*args[:-4], "--system", "node7", *links]) == 2
+    err = capsys.readouterr().err
+    assert "defines no system 'node7'; it defines node5-titan-rtx, node9-v100" in err
