@@ -2,8 +2,12 @@
 a cluster's ranks split into, what each rank holds (the memory model's
 counts), each term of the step as the algorithm it models, and the command."""
 
+import dataclasses
+import json
 import os
 
+import numpy as np
+import pandas as pd
 import pytest
 from conftest import REPO
 
@@ -14,23 +18,27 @@ from trainscale.analysis.memory_model import (
     rank_parameters,
 )
 from trainscale.analysis.parallel_plan import (
-    Assumptions,
     Cluster,
     Configuration,
+    MemoryBudget,
+    StepTerms,
     Workload,
     configurations,
     memory,
     plan,
+    plan_one,
     stage_flops_per_token,
     step_terms,
 )
+from trainscale.analysis.parallel_plan_fit import fit_terms
 from trainscale.analysis.predict import BACKWARD_SHARE
 from trainscale.cli import main
-from trainscale.core.gpt import GPT_SHAPES, training_flops_per_token
+from trainscale.core.gpt import GPT_SHAPES, parameter_count, training_flops_per_token
 
-H100_NODES = Cluster(4, 8, 80, 989.4, intra_gb_per_s=450, inter_gb_per_s=50)
+H100_NODES = Cluster(4, 8, 80)
+H100_TERMS = StepTerms(0.4 * 989.4e12, intra_gb_per_s=450, inter_gb_per_s=50)
 XL = Workload("gpt2-xl", 1024, 50257, global_batch=512)
-NO_RUNTIME = Assumptions(reserved_gib=0)
+NO_RUNTIME = MemoryBudget(reserved_gib=0)
 
 
 def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
@@ -65,7 +73,7 @@ def test_the_stages_flops_add_up_to_the_models():
 
 
 def test_each_term_is_the_algorithm_it_models():
-    def terms(config, assumed=NO_RUNTIME):
+    def terms(config, assumed=H100_TERMS):
         return step_terms(config, H100_NODES, XL, assumed)
 
     ddp = terms(Configuration(32, 1, 1, 0))
@@ -78,13 +86,11 @@ def test_each_term_is_the_algorithm_it_models():
     assert ddp["bubble"] == ddp["tensor"] == ddp["pipeline"] == 0
     # 8 replicas of 4-way tensor groups: still across nodes; within one: the node's links.
     assert terms(Configuration(8, 4, 1, 3))["data"] > 0
-    inside = step_terms(
-        Configuration(8, 1, 1, 0), Cluster(1, 8, 80, 989.4, 450, 50), XL, NO_RUNTIME
-    )
+    inside = step_terms(Configuration(8, 1, 1, 0), Cluster(1, 8, 80), XL, H100_TERMS)
     assert inside["data"] == pytest.approx(2 * 7 / 8 * gradient / 450e9)
     # ZeRO-3 moves 3 passes to the all-reduce's 2; overlap hides up to its share of backward.
     assert terms(Configuration(32, 1, 1, 3))["data"] == pytest.approx(1.5 * ddp["data"])
-    hidden = terms(Configuration(32, 1, 1, 0), Assumptions(overlap=0.5))
+    hidden = terms(Configuration(32, 1, 1, 0), dataclasses.replace(H100_TERMS, overlap=0.5))
     assert hidden["data"] == pytest.approx(ddp["data"] - 0.5 * BACKWARD_SHARE * ddp["compute"])
     # Checkpointing: a second forward, 8N for 6N.
     assert terms(Configuration(32, 1, 1, 0, checkpointing=True))["compute"] == pytest.approx(
@@ -103,7 +109,7 @@ def test_each_term_is_the_algorithm_it_models():
 
 
 def test_the_configurations_split_every_rank_and_say_what_runs_them():
-    node = Cluster(1, 4, 80, 100.0, 100, 10)
+    node = Cluster(1, 4, 80)
     found = configurations(node, Workload("gpt-mini", 128, 1000, global_batch=32))
     assert all(c.data * c.tensor * c.pipeline == 4 for c in found)
     assert {(c.data, c.tensor, c.pipeline) for c in found} == {
@@ -122,13 +128,12 @@ def test_the_configurations_split_every_rank_and_say_what_runs_them():
     assert runs_as[1, 1, 4, 0][0].startswith("torch-pipeline")
     assert runs_as[2, 1, 2, 0] == runs_as[1, 2, 2, 0] == ()  # PP x DP, 3-D: predicted only
     # gpt-mini's 4 heads: no 8-way tensor group on 8 GPUs.
-    eight = configurations(Cluster(1, 8, 80, 100.0, 100, 10), Workload("gpt-mini", 128, 1000, 32))
+    eight = configurations(Cluster(1, 8, 80), Workload("gpt-mini", 128, 1000, 32))
     assert max(c.tensor for c in eight) == 4
 
 
 def test_a_model_too_big_for_data_parallelism_fits_sharded():
-    small = Cluster(4, 8, 24, 989.4, 450, 50)
-    predictions = plan(small, XL, Assumptions())
+    predictions = plan(Cluster(4, 8, 24), XL, MemoryBudget(), H100_TERMS)
     fits = {p.configuration.name: p.fits for p in predictions}
     # 16 bytes a parameter in fp32 with Adam: 26 GB of 1.64 B parameters.
     assert not fits["dp32 tp1 pp1"] and fits["dp32 tp1 pp1 zero3 ckpt"]
@@ -158,12 +163,99 @@ def test_the_command_plans_a_system_of_a_study_and_labels_what_it_assumed(capsys
     links = ["--intra-gb-per-s", "130", "--inter-gb-per-s", "12.5"]
     assert main([*args, *links, "--output-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "on 2 x 4 devices of 32 GiB, 125 TFLOP/s" in out
+    assert "on 2 x 4 devices of 32 GiB\n" in out
     assert "| 1 | " in out and "none: assumed" in out
-    assert "share of the device's peak a rank's compute reaches: 0.4 (--mfu)" in out
+    assert (
+        "a rank's compute, TFLOP/s achieved: 50, assumed (--mfu 0.4 of a 125 TFLOP/s peak)" in out
+    )
+    assert "No 95 % band: every term is assumed" in out
     assert (tmp_path / "parallel_plan.md").read_text() == out
     rows = (tmp_path / "parallel_plan.csv").read_text().splitlines()
     assert rows[0].startswith("configuration,data,tensor,pipeline") and len(rows) > 10
     assert main([*args[:-4], "--system", "node7", *links]) == 2
     err = capsys.readouterr().err
     assert "defines no system 'node7'; it defines node5-titan-rtx, node9-v100" in err
+
+
+# A study made with known terms: gpt-mini's one-rank runs at 20 GFLOP/s, and
+# torch-ddp on 1, 2 and 4 ranks of one node over a 2 GB/s link with 50 µs a
+# ring step and nothing hidden.
+TRUE_FLOPS, TRUE_GB_PER_S, TRUE_LATENCY = 2e10, 2.0, 50e-6
+MINI = Workload("gpt-mini", 128, 1000, global_batch=8, precision="fp32")
+
+
+def _made_study(folder) -> str:
+    rng = np.random.default_rng(0)
+    per_sequence = training_flops_per_token("gpt-mini", 128, 1000) * 128
+    gradient = 4 * parameter_count("gpt-mini", 128, 1000)
+    rows = []
+    for framework, gpus in (
+        ("torch-single", 1),
+        ("torch-ddp", 1),
+        ("torch-ddp", 2),
+        ("torch-ddp", 4),
+    ):
+        compute = 2 * per_sequence / TRUE_FLOPS  # 2 sequences a replica
+        ring = 2 * (gpus - 1) * (gradient / gpus / (TRUE_GB_PER_S * 1e9) + TRUE_LATENCY)
+        samples = gpus * 2 / (compute + ring) * (1 + 0.002 * rng.standard_normal(4))
+        settings = {
+            "model": "gpt-mini",
+            "seq_len": 128,
+            "vocab_size": 1000,
+            "batch_size": 2,
+            "precision": "fp32",
+            "optimizer": "adam",
+            "device": "cpu",
+        }
+        record = {
+            "framework": framework,
+            "settings": settings,
+            "trainable_parameters": gradient // 4,
+            "images_per_sec": {
+                "mean": samples.mean(),
+                "std": samples.std(),
+                "samples": list(samples),
+            },
+        }
+        path = folder / f"{framework}-{gpus}.json"
+        path.write_text(json.dumps(record))
+        rows.append(
+            {
+                "framework": framework,
+                "model": "gpt-mini",
+                "image_size": 0,
+                "batch_size": 2,
+                "knobs": "",
+                "nodes": 1,
+                "gpus_per_node": gpus,
+                "gpus": gpus,
+                "status": "ok",
+                "images_per_sec_mean": samples.mean(),
+                "images_per_sec_std": samples.std(),
+                "tokens_per_sec_mean": 128 * samples.mean(),
+                "record": str(path),
+            }
+        )
+    pd.DataFrame(rows).to_csv(folder / "throughput.csv", index=False)
+    return str(folder / "throughput.csv")
+
+
+def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_with(tmp_path):
+    assumed = StepTerms(1.0, intra_gb_per_s=100, inter_gb_per_s=10)
+    fitted = fit_terms(_made_study(tmp_path), MINI, assumed)
+    terms = fitted.terms
+    assert terms.flops_per_sec == pytest.approx(TRUE_FLOPS, rel=0.01)
+    assert terms.intra_gb_per_s == pytest.approx(TRUE_GB_PER_S, rel=0.1)
+    assert fitted.labels["flops_per_sec"] == "fitted: 2 one-rank run(s) of gpt-mini"
+    assert fitted.labels["intra_gb_per_s"].startswith("fitted: PyTorch DDP, gpt-mini b2")
+    # No cell crossed nodes: the network is the node's link, and said so.
+    assert terms.inter_gb_per_s == terms.intra_gb_per_s
+    assert fitted.labels["inter_gb_per_s"].startswith("taken equal to the other link")
+    assert len(fitted.draws) == 200
+    # The measured DDP cells, predicted back with their band.
+    node = Cluster(1, 4, 16)
+    for config, workload, rate in fitted.measured:
+        assert config.shard_stage == 0 and config.data in (2, 4)
+        predicted = plan_one(config, node, workload, MemoryBudget(), terms, fitted.draws)
+        assert predicted.tokens_per_sec == pytest.approx(rate, rel=0.02)
+        assert predicted.band[0] < rate < predicted.band[1]

@@ -31,14 +31,18 @@ The step time is the sum of terms, each the algorithm the backend runs:
 - the pipeline's sends: each microbatch's activations forward and their
   gradient back, once per stage boundary a rank has.
 
-Every term is assumed in this first version (no record is read yet), and
-each is labelled so in the plan: the share of peak, the links, the overlap
-and the memory the runtime holds besides tensors.
+The terms' numbers (StepTerms: a rank's FLOP/s, each link's bandwidth and
+latency, the overlap) are assumed from a data sheet, or fitted to a
+study's records (trainscale.analysis.parallel_plan_fit), which also gives
+each prediction its 95 % band; the plan labels each term as one or the
+other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from trainscale.analysis.memory_model import (
     BYTES,
@@ -64,14 +68,11 @@ MICROBATCHES_PER_STAGE = (1, 2, 4, 8)
 
 @dataclass(frozen=True)
 class Cluster:
-    """The hardware a plan is for; each a number from a data sheet or a probe."""
+    """The cluster's shape and a device's memory."""
 
     nodes: int
     gpus_per_node: int
     device_memory_gib: float
-    peak_tflops: float  # one device, dense, at the run's precision
-    intra_gb_per_s: float  # one device's bus bandwidth to the others of its node
-    inter_gb_per_s: float  # one device's share of the network between nodes
 
     @property
     def devices(self) -> int:
@@ -92,11 +93,21 @@ class Workload:
 
 
 @dataclass(frozen=True)
-class Assumptions:
-    """The terms no record fits yet, each labelled in the plan."""
+class StepTerms:
+    """What the step time's terms are made of: assumed (a data sheet's peak
+    times a share, a link's rated bandwidth) or fitted to a study's records
+    (trainscale.analysis.parallel_plan_fit)."""
 
-    mfu: float = 0.4  # the share of peak a rank's compute reaches
+    flops_per_sec: float  # one rank's compute, achieved
+    intra_gb_per_s: float  # bus bandwidth between a node's devices
+    inter_gb_per_s: float  # one device's share of the network between nodes
+    intra_latency_s: float = 0.0  # per ring step
+    inter_latency_s: float = 0.0
     overlap: float = 0.0  # the share of the backward pass the data-parallel exchange hides behind
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
     reserved_gib: float = 1.0  # the runtime's own memory: CUDA context, allocator slack
     headroom: float = 0.1  # the share of device memory kept free
 
@@ -145,6 +156,7 @@ class Prediction:
     seconds: dict[str, float]  # the step's terms
     fits: bool
     tokens_per_step: int
+    band: tuple[float, float] | None = None  # tokens/sec, 95 %, where terms were fitted
 
     @property
     def step_seconds(self) -> float:
@@ -185,7 +197,7 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def memory(config: Configuration, workload: Workload, assumed: Assumptions) -> dict[str, float]:
+def memory(config: Configuration, workload: Workload, budget: MemoryBudget) -> dict[str, float]:
     """Bytes one rank holds at most, at its pipeline's fullest stage: model
     states (DeepSpeed below ZeRO-3 keeps 16-bit weights and an fp32 master;
     the others fp32 weights under autocast), activations, ZeRO-3's gathered
@@ -217,7 +229,7 @@ def memory(config: Configuration, workload: Workload, assumed: Assumptions) -> d
             **states,
             "activations": kept * in_flight,
             "gathered": _gathered_bytes(config, w) if config.shard_stage == 3 else 0.0,
-            "reserved": assumed.reserved_gib * 2**30,
+            "reserved": budget.reserved_gib * 2**30,
         }
         if sum(held_bytes.values()) > sum(worst.values()):
             worst = held_bytes
@@ -245,54 +257,86 @@ def stage_flops_per_token(workload: Workload, stage: int, stages: int) -> int:
 
 
 def step_terms(
-    config: Configuration, cluster: Cluster, workload: Workload, assumed: Assumptions
+    config: Configuration, cluster: Cluster, workload: Workload, terms: StepTerms
 ) -> dict[str, float]:
     """Seconds of each term of one step (the module's docstring), at the
     pipeline's slowest stage: the others wait for it."""
-    w, c, p, m = workload, cluster, config.pipeline, config.microbatches
+    w, p, m = workload, config.pipeline, config.microbatches
     shape = GPT_SHAPES[w.model]
     tokens = w.global_batch * w.seq_len
     slowest = max(range(p), key=lambda stage: stage_flops_per_token(w, stage, p))
     flops = stage_flops_per_token(w, slowest, p) * tokens / (config.data * config.tensor)
     if config.checkpointing:
         flops = flops * 4 / 3  # a second forward: 8N where training is 6N
-    compute = flops / (assumed.mfu * c.peak_tflops * 1e12)
+    compute = flops / terms.flops_per_sec
     bubble = compute * (p - 1) / m
     microbatch_bytes = tokens // (config.data * m) * shape.width * BYTES[w.precision]
     tensor = 0.0
     if config.tensor > 1:
         calls = (6 if config.checkpointing else 4) * len(stage_blocks(shape.layers, slowest, p))
-        tensor = calls * m * _ring(config.tensor, microbatch_bytes, c.intra_gb_per_s)
+        tensor = calls * m * _ring(config.tensor, microbatch_bytes, terms, inter=False)
     data = 0.0
     if config.data > 1:
         held = rank_parameters(w.model, w.seq_len, w.vocabulary, config.tensor, slowest, p)
         grad_bytes = held * (BYTES[w.precision] if config.shard_stage in (1, 2) else 4)
         passes = 3 if config.shard_stage == 3 else 2
-        within_node = config.tensor * config.data <= c.gpus_per_node
-        bandwidth = c.intra_gb_per_s if within_node else c.inter_gb_per_s
-        exchange = passes / 2 * _ring(config.data, grad_bytes, bandwidth)
-        data = max(0.0, exchange - assumed.overlap * BACKWARD_SHARE * compute)
+        across = config.tensor * config.data > cluster.gpus_per_node
+        exchange = passes / 2 * _ring(config.data, grad_bytes, terms, across)
+        data = max(0.0, exchange - terms.overlap * BACKWARD_SHARE * compute)
     sends = 0.0
     if p > 1:
-        crosses = config.tensor * config.data * p > c.gpus_per_node
-        bandwidth = c.inter_gb_per_s if crosses else c.intra_gb_per_s
-        sends = 2 * m * microbatch_bytes / (bandwidth * 1e9)  # forward, and the gradient back
+        across = config.tensor * config.data * p > cluster.gpus_per_node
+        bandwidth, latency = _link(terms, across)
+        # forward, and the gradient back
+        sends = 2 * m * (microbatch_bytes / (bandwidth * 1e9) + latency)
     return {"compute": compute, "bubble": bubble, "data": data, "tensor": tensor, "pipeline": sends}
 
 
-def _ring(ranks: int, size: float, gb_per_s: float) -> float:
-    """Seconds of a ring all-reduce of `size` bytes over `ranks` ranks at
-    `gb_per_s` bus bandwidth: 2(n-1)/n of the bytes cross each link."""
-    return 2 * (ranks - 1) / ranks * size / (gb_per_s * 1e9)
+def _link(terms: StepTerms, inter: bool) -> tuple[float, float]:
+    if inter:
+        return terms.inter_gb_per_s, terms.inter_latency_s
+    return terms.intra_gb_per_s, terms.intra_latency_s
 
 
-def plan(cluster: Cluster, workload: Workload, assumed: Assumptions) -> list[Prediction]:
+def _ring(ranks: int, size: float, terms: StepTerms, inter: bool) -> float:
+    """Seconds of a ring all-reduce of `size` bytes over `ranks` ranks: 2(n-1)/n
+    of the bytes cross each link, in 2(n-1) steps of one latency each (the
+    step model's ring, trainscale.analysis.predict)."""
+    bandwidth, latency = _link(terms, inter)
+    return 2 * (ranks - 1) * (size / ranks / (bandwidth * 1e9) + latency)
+
+
+def plan_one(
+    config: Configuration,
+    cluster: Cluster,
+    workload: Workload,
+    budget: MemoryBudget,
+    terms: StepTerms,
+    draws: tuple[StepTerms, ...] = (),
+) -> Prediction:
+    """One configuration's memory and step; with a 95 % band where `draws`
+    (the terms refitted to redrawn records) are given."""
+    tokens = workload.global_batch * workload.seq_len
+    held = memory(config, workload, budget)
+    seconds = step_terms(config, cluster, workload, terms)
+    band = None
+    if draws:
+        rates = [tokens / sum(step_terms(config, cluster, workload, d).values()) for d in draws]
+        band = (float(np.percentile(rates, 2.5)), float(np.percentile(rates, 97.5)))
+    usable = (1 - budget.headroom) * cluster.device_memory_gib * 2**30
+    return Prediction(config, held, seconds, sum(held.values()) <= usable, tokens, band)
+
+
+def plan(
+    cluster: Cluster,
+    workload: Workload,
+    budget: MemoryBudget,
+    terms: StepTerms,
+    draws: tuple[StepTerms, ...] = (),
+) -> list[Prediction]:
     """Every configuration, those that fit first, fastest first."""
-    usable = (1 - assumed.headroom) * cluster.device_memory_gib * 2**30
-    found = []
-    for config in configurations(cluster, workload):
-        held = memory(config, workload, assumed)
-        seconds = step_terms(config, cluster, workload, assumed)
-        tokens = workload.global_batch * workload.seq_len
-        found.append(Prediction(config, held, seconds, sum(held.values()) <= usable, tokens))
+    found = [
+        plan_one(config, cluster, workload, budget, terms, draws)
+        for config in configurations(cluster, workload)
+    ]
     return sorted(found, key=lambda p: (not p.fits, -p.tokens_per_sec))

@@ -14,13 +14,16 @@ from trainscale.harness.flops import PEAK_TFLOPS
 
 GIB = 2**30
 TERMS = ("compute", "bubble", "data", "tensor", "pipeline")
-ASSUMED = {
-    "mfu": "share of the device's peak a rank's compute reaches",
-    "overlap": "share of the backward pass the data-parallel exchange hides behind",
-    "reserved_gib": "GiB the runtime holds besides tensors (CUDA context, allocator slack)",
-    "intra_gb_per_s": "GB/s of bus bandwidth between a node's devices",
-    "inter_gb_per_s": "GB/s of one device's share of the network",
+# StepTerms' fields as the plan's list names them, with the flag of each.
+TERM_TEXT = {
+    "flops_per_sec": ("a rank's compute, TFLOP/s achieved", "--mfu x --peak-tflops"),
+    "intra_gb_per_s": ("bus bandwidth between a node's devices, GB/s", "--intra-gb-per-s"),
+    "intra_latency_s": ("latency of a ring step in a node, µs", "none, no flag"),
+    "inter_gb_per_s": ("one device's share of the network, GB/s", "--inter-gb-per-s"),
+    "inter_latency_s": ("latency of a ring step across nodes, µs", "none, no flag"),
+    "overlap": ("share of the backward pass the data-parallel exchange hides behind", "--overlap"),
 }
+SCALE = {"flops_per_sec": 1e-12, "intra_latency_s": 1e6, "inter_latency_s": 1e6}
 
 
 def plan_parser(commands) -> None:
@@ -45,8 +48,22 @@ def plan_parser(commands) -> None:
     p.add_argument("--device-memory-gib", type=float, help="else the system's")
     p.add_argument("--config", help="a study config whose cluster.systems names --system")
     p.add_argument("--system", help="a node type of --config's cluster.systems")
-    for name, text in ASSUMED.items():
-        p.add_argument(f"--{name.replace('_', '-')}", type=float, help=f"assumed: {text}")
+    p.add_argument("--mfu", type=float, default=0.4, help="assumed share of the peak (0.4)")
+    p.add_argument("--intra-gb-per-s", type=float, help="assumed bus bandwidth in a node")
+    p.add_argument("--inter-gb-per-s", type=float, help="assumed network share of a device")
+    p.add_argument("--overlap", type=float, default=0.0, help="assumed (none)")
+    p.add_argument(
+        "--reserved-gib",
+        type=float,
+        default=1.0,
+        help="GiB the runtime holds besides tensors (CUDA context, slack; 1)",
+    )
+    p.add_argument(
+        "--measured",
+        metavar="THROUGHPUT_CSV",
+        help="a study's throughput.csv: its records fit the terms they can "
+        "(a rank's FLOP/s, the links, the overlap) and give the 95 %% bands",
+    )
     p.add_argument("--headroom", type=float, default=0.1, help="share of memory kept free")
     p.add_argument("--top", type=int, default=10, help="configurations shown (default 10)")
     p.add_argument("--output-dir", help="also write parallel_plan.md and .csv there")
@@ -70,31 +87,68 @@ def _system(args) -> dict:
 
 
 def cluster_of(args):
-    """The flags, else --system's fields (a flag wins); one line names what is missing."""
+    """The cluster's shape and memory: the flags, else --system's fields."""
     from trainscale.analysis.parallel_plan import Cluster
+
+    system = _system(args)
+    values = {
+        "nodes": args.nodes,
+        "gpus_per_node": args.gpus_per_node or system.get("gpus_per_node"),
+        "device_memory_gib": args.device_memory_gib or system.get("device_memory_gib"),
+    }
+    _require_positive(values)
+    return Cluster(**values)
+
+
+def _require_positive(values: dict) -> None:
+    missing = [name for name, value in values.items() if not value or value <= 0]
+    if missing:
+        flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+        raise SettingsError(f"no positive {flags}: give it, or a --system that has it")
+
+
+def step_terms_of(args, workload):
+    """(the terms, their refits, each one's label, the measured
+    configurations): fitted where --measured's records can, else assumed from
+    the flags and --system (a flag wins); one line names what is missing."""
+    from trainscale.analysis.parallel_plan import StepTerms
+    from trainscale.analysis.parallel_plan_fit import fit_terms
 
     system = _system(args)
     peak = args.peak_tflops or (system.get("peak_tflops") or {}).get(args.precision)
     if peak is None and args.device:
         peak = PEAK_TFLOPS[args.device].get(args.precision)
-    values = {
-        "nodes": args.nodes,
-        "gpus_per_node": args.gpus_per_node or system.get("gpus_per_node"),
-        "device_memory_gib": args.device_memory_gib or system.get("device_memory_gib"),
-        "peak_tflops": peak,
-        "intra_gb_per_s": args.intra_gb_per_s or system.get("intra_node_gb_per_s"),
-        "inter_gb_per_s": args.inter_gb_per_s or system.get("inter_node_gb_per_s"),
-    }
-    missing = [name for name, value in values.items() if not value or value <= 0]
-    if missing:
-        flags = ", ".join("--" + name.replace("_", "-") for name in missing)
-        raise SettingsError(f"no positive {flags}: give it, or a --system that has it")
-    return Cluster(**values)
+    assumed = StepTerms(
+        flops_per_sec=args.mfu * (peak or 0) * 1e12,
+        intra_gb_per_s=args.intra_gb_per_s or system.get("intra_node_gb_per_s") or 0,
+        inter_gb_per_s=args.inter_gb_per_s or system.get("inter_node_gb_per_s") or 0,
+        overlap=args.overlap,
+    )
+    labels = {name: f"assumed ({flag})" for name, (_, flag) in TERM_TEXT.items()}
+    labels["flops_per_sec"] = f"assumed (--mfu {args.mfu:g} of a {peak or 0:g} TFLOP/s peak)"
+    if not args.measured:
+        _require_positive(
+            {
+                "peak_tflops": peak,
+                "intra_gb_per_s": assumed.intra_gb_per_s,
+                "inter_gb_per_s": assumed.inter_gb_per_s,
+            }
+        )
+        return assumed, (), labels, ()
+    if not os.path.isfile(args.measured):
+        raise SettingsError(f"{args.measured}: no such file (run the study's collect first)")
+    fitted = fit_terms(args.measured, workload, assumed)
+    labels.update({name: text for name, text in fitted.labels.items() if text != "assumed"})
+    unfitted = {n: getattr(fitted.terms, n) for n in ("intra_gb_per_s", "inter_gb_per_s")}
+    _require_positive({n: v for n, v in unfitted.items() if labels[n].startswith("assumed")})
+    return fitted.terms, fitted.draws, labels, fitted.measured
 
 
 def run_plan(args) -> int:
-    from trainscale.analysis.parallel_plan import Assumptions, Workload, plan
+    from trainscale.analysis.parallel_plan import MemoryBudget, Workload, plan
 
+    if not 0 < args.mfu <= 1 or not 0 <= args.overlap <= 1 or not 0 <= args.headroom < 1:
+        raise SettingsError("--mfu must be in (0, 1], --overlap and --headroom in [0, 1)")
     cluster = cluster_of(args)
     shape = GPT_SHAPES[args.model]
     workload = Workload(
@@ -105,16 +159,11 @@ def run_plan(args) -> int:
         args.precision,
         args.optimizer,
     )
-    assumed = Assumptions(
-        mfu=args.mfu or Assumptions.mfu,
-        overlap=args.overlap or Assumptions.overlap,
-        reserved_gib=args.reserved_gib if args.reserved_gib is not None else 1.0,
-        headroom=args.headroom,
-    )
-    if not 0 < assumed.mfu <= 1 or not 0 <= assumed.overlap <= 1 or not 0 <= args.headroom < 1:
-        raise SettingsError("--mfu must be in (0, 1], --overlap and --headroom in [0, 1)")
-    predictions = plan(cluster, workload, assumed)
-    text = render(predictions, cluster, workload, assumed, args.top)
+    terms, draws, labels, measured = step_terms_of(args, workload)
+    budget = MemoryBudget(args.reserved_gib, args.headroom)
+    predictions = plan(cluster, workload, budget, terms, draws)
+    text = render(predictions, cluster, workload, budget, args.top)
+    text += render_terms(terms, labels) + render_measured(measured, cluster, terms, draws)
     print(text, end="")
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
@@ -124,85 +173,119 @@ def run_plan(args) -> int:
     return 0 if any(p.fits for p in predictions) else 1
 
 
-def render(predictions, cluster, workload, assumed, top: int) -> str:
+def render(predictions, cluster, workload, budget, top: int) -> str:
     w, c = workload, cluster
     parameters = parameter_count(w.model, w.seq_len, w.vocabulary)
-    usable = (1 - assumed.headroom) * c.device_memory_gib
+    usable = (1 - budget.headroom) * c.device_memory_gib
     fitting = [p for p in predictions if p.fits]
     lines = [
         f"# {w.model} ({parameters / 1e9:.2f} B parameters, {w.seq_len} tokens, "
         f"batch {w.global_batch}, {w.precision}, {w.optimizer}) on {c.nodes} x "
-        f"{c.gpus_per_node} devices of {c.device_memory_gib:g} GiB, {c.peak_tflops:g} TFLOP/s",
+        f"{c.gpus_per_node} devices of {c.device_memory_gib:g} GiB",
         "",
         f"{len(fitting)} of {len(predictions)} configurations fit in {usable:.1f} GiB "
-        f"({assumed.headroom:.0%} of each device's memory kept free).",
+        f"({budget.headroom:.0%} of each device's memory kept free, "
+        f"{budget.reserved_gib:g} GiB of it the runtime's).",
         "",
         "| # | configuration | runs as | GiB a rank | step (s) | tokens/sec | 95 % band | "
         + " | ".join(f"{t} (s)" for t in TERMS)
         + " |",
         "|" + "---|" * (7 + len(TERMS)),
     ]
-    for rank, p in enumerate(fitting[:top], 1):
-        lines.append(_row(rank, p))
+    lines += [_row(rank, p) for rank, p in enumerate(fitting[:top], 1)]
     too_big = [p for p in predictions if not p.fits]
     if too_big:
-        fastest = too_big[0]
-        needs = sum(fastest.memory_bytes.values()) / GIB
+        needs = sum(too_big[0].memory_bytes.values()) / GIB
         verb = "does" if len(too_big) == 1 else "do"
         lines += [
             "",
             f"{len(too_big)} {verb} not fit; the fastest of them, "
-            f"{fastest.configuration.name}, needs {needs:.1f} GiB a rank.",
+            f"{too_big[0].configuration.name}, needs {needs:.1f} GiB a rank.",
         ]
-    lines += ["", "Assumed, not fitted (no record is read yet; each a flag):", ""]
-    values = {
-        **vars(assumed),
-        "intra_gb_per_s": c.intra_gb_per_s,
-        "inter_gb_per_s": c.inter_gb_per_s,
-    }
-    for name, text in ASSUMED.items():
-        lines.append(f"- {text}: {values[name]:g} (--{name.replace('_', '-')})")
-    lines += [
-        "",
-        "No 95 % band: every term above is assumed, none fitted to a measurement, so "
-        "the spread of a fit cannot be shown.",
-        "",
-    ]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
+
+
+def _band(p) -> str:
+    if p.band is None:
+        return "none: assumed"
+    return f"{p.band[0]:,.0f}-{p.band[1]:,.0f}"
 
 
 def _row(rank: int, p) -> str:
     runs_as = ", ".join(p.configuration.runs_as()) or "predicted only"
     memory = sum(p.memory_bytes.values()) / GIB
-    terms = " | ".join(f"{p.seconds[t]:.3f}" for t in TERMS)
+    terms = " | ".join(f"{p.seconds[t]:.3g}" for t in TERMS)
     return (
         f"| {rank} | {p.configuration.name} | {runs_as} | {memory:.1f} | "
-        f"{p.step_seconds:.3f} | {p.tokens_per_sec:,.0f} | none: assumed | {terms} |"
+        f"{p.step_seconds:.3g} | {p.tokens_per_sec:,.0f} | {_band(p)} | {terms} |"
     )
+
+
+def render_terms(terms, labels: dict) -> str:
+    """Each term's number and where it came from."""
+    lines = ["", "The terms (each fitted to the records of --measured, or assumed):", ""]
+    for name, (text, _) in TERM_TEXT.items():
+        value = getattr(terms, name) * SCALE.get(name, 1)
+        lines.append(f"- {text}: {value:.4g}, {labels[name]}")
+    if not any(label.startswith("fitted") for label in labels.values()):
+        lines += [
+            "",
+            "No 95 % band: every term is assumed, none fitted to a measurement, "
+            "so the spread of a fit cannot be shown.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_measured(measured, cluster, terms, draws) -> str:
+    """Each configuration the study measured beside the plan's prediction of it."""
+    if not measured:
+        return ""
+    from trainscale.analysis.parallel_plan import MemoryBudget, plan_one
+
+    lines = [
+        "",
+        "Measured in --measured's study, and predicted with the terms above:",
+        "",
+        "| configuration | model | batch | measured tokens/sec | predicted | 95 % band | "
+        "error (%) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for config, workload, rate in measured:
+        p = plan_one(config, cluster, workload, MemoryBudget(), terms, draws)
+        error = 100 * (p.tokens_per_sec / rate - 1)
+        lines.append(
+            f"| {config.name} | {workload.model} | {workload.global_batch} | "
+            f"{rate:,.0f} | {p.tokens_per_sec:,.0f} | {_band(p)} | {error:+.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+CSV_COLUMNS = [
+    "configuration",
+    "data",
+    "tensor",
+    "pipeline",
+    "shard_stage",
+    "microbatches",
+    "checkpointing",
+    "runs_as",
+    "fits",
+    "memory_gib",
+    "step_seconds",
+    "tokens_per_sec",
+    "band_low",
+    "band_high",
+    *[f"{t}_seconds" for t in TERMS],
+]
 
 
 def write_csv(predictions: list, path: str) -> None:
     with open(path, "w", newline="") as handle:
         out = csv.writer(handle)
-        out.writerow(
-            [
-                "configuration",
-                "data",
-                "tensor",
-                "pipeline",
-                "shard_stage",
-                "microbatches",
-                "checkpointing",
-                "runs_as",
-                "fits",
-                "memory_gib",
-                "step_seconds",
-                "tokens_per_sec",
-                *[f"{t}_seconds" for t in TERMS],
-            ]
-        )
+        out.writerow(CSV_COLUMNS)
         for p in predictions:
             c = p.configuration
+            band = p.band or ("", "")
             out.writerow(
                 [
                     c.name,
@@ -217,6 +300,7 @@ def write_csv(predictions: list, path: str) -> None:
                     round(sum(p.memory_bytes.values()) / GIB, 3),
                     round(p.step_seconds, 6),
                     round(p.tokens_per_sec, 1),
+                    *band,
                     *[round(p.seconds[t], 6) for t in TERMS],
                 ]
             )
