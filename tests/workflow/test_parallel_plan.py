@@ -5,11 +5,12 @@ counts), each term of the step as the algorithm it models, and the command."""
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, copy_repository, load_yaml, snakemake
 
 from trainscale.analysis.memory_model import (
     activation_bytes,
@@ -177,11 +178,13 @@ def test_the_command_plans_a_system_of_a_study_and_labels_what_it_assumed(capsys
     assert "defines no system 'node7'; it defines node5-titan-rtx, node9-v100" in err
 
 
-# A study made with known terms: gpt-mini's one-rank runs at 20 GFLOP/s, and
+# A study made with known terms: gpt-mini's one-rank runs at 20 GFLOP/s,
 # torch-ddp on 1, 2 and 4 ranks of one node over a 2 GB/s link with 50 µs a
-# ring step and nothing hidden.
-TRUE_FLOPS, TRUE_GB_PER_S, TRUE_LATENCY = 2e10, 2.0, 50e-6
+# ring step and nothing hidden, and torch-tp on 2 ranks whose all-reduces
+# cost 300 µs each besides.
+TRUE_FLOPS, TRUE_GB_PER_S, TRUE_LATENCY, TRUE_TENSOR_CALL = 2e10, 2.0, 50e-6, 300e-6
 MINI = Workload("gpt-mini", 128, 1000, global_batch=8, precision="fp32")
+MINI_4 = dataclasses.replace(MINI, global_batch=4)
 
 
 def _made_study(folder) -> str:
@@ -189,15 +192,27 @@ def _made_study(folder) -> str:
     per_sequence = training_flops_per_token("gpt-mini", 128, 1000) * 128
     gradient = 4 * parameter_count("gpt-mini", 128, 1000)
     rows = []
+    true = StepTerms(
+        TRUE_FLOPS,
+        TRUE_GB_PER_S,
+        TRUE_GB_PER_S,
+        TRUE_LATENCY,
+        TRUE_LATENCY,
+        tensor_call_s=TRUE_TENSOR_CALL,
+    )
+    tensor = Configuration(1, 2, 1, 0)  # 2 sequences a rank: a global batch of 4
+    tensor_step = sum(step_terms(tensor, Cluster(1, 2, 16), MINI_4, true).values())
     for framework, gpus in (
         ("torch-single", 1),
         ("torch-ddp", 1),
         ("torch-ddp", 2),
         ("torch-ddp", 4),
+        ("torch-tp", 2),
     ):
         compute = 2 * per_sequence / TRUE_FLOPS  # 2 sequences a replica
         ring = 2 * (gpus - 1) * (gradient / gpus / (TRUE_GB_PER_S * 1e9) + TRUE_LATENCY)
-        samples = gpus * 2 / (compute + ring) * (1 + 0.002 * rng.standard_normal(4))
+        step = tensor_step if framework == "torch-tp" else compute + ring
+        samples = gpus * 2 / step * (1 + 0.002 * rng.standard_normal(4))
         settings = {
             "model": "gpt-mini",
             "seq_len": 128,
@@ -206,6 +221,7 @@ def _made_study(folder) -> str:
             "precision": "fp32",
             "optimizer": "adam",
             "device": "cpu",
+            "tensor_parallel": 2,
         }
         record = {
             "framework": framework,
@@ -252,10 +268,84 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     assert terms.inter_gb_per_s == terms.intra_gb_per_s
     assert fitted.labels["inter_gb_per_s"].startswith("taken equal to the other link")
     assert len(fitted.draws) == 200
+    assert terms.tensor_call_s == pytest.approx(TRUE_TENSOR_CALL, rel=0.1)
+    assert fitted.labels["tensor_call_s"] == "fitted: the excess of 1 measured run(s) over the rest"
+    assert "send_s" not in fitted.labels  # no pipeline run: it stays assumed
     # The measured DDP cells, predicted back with their band.
     node = Cluster(1, 4, 16)
-    for config, workload, rate in fitted.measured:
-        assert config.shard_stage == 0 and config.data in (2, 4)
+    for measured in fitted.measured:
+        config, workload, rate = measured.configuration, measured.workload, measured.tokens_per_sec
+        assert config.name in ("dp2 tp1 pp1", "dp4 tp1 pp1", "dp1 tp2 pp1")
+        assert measured.cluster.gpus_per_node == config.data * config.tensor
         predicted = plan_one(config, node, workload, MemoryBudget(), terms, fitted.draws)
         assert predicted.tokens_per_sec == pytest.approx(rate, rel=0.02)
         assert predicted.band[0] < rate < predicted.band[1]
+
+
+LOOP = [
+    "plan",
+    "--model",
+    "gpt-tiny",
+    "--seq-len",
+    "32",
+    "--vocabulary",
+    "256",
+    "--global-batch",
+    "4",
+    "--precision",
+    "fp32",
+    "--nodes",
+    "1",
+    "--gpus-per-node",
+    "2",
+    "--device-memory-gib",
+    "4",
+    "--peak-tflops",
+    "0.1",
+    "--intra-gb-per-s",
+    "100",
+    "--inter-gb-per-s",
+    "100",
+]
+
+
+@pytest.mark.slow
+def test_a_plan_writes_the_study_that_fits_its_terms_and_replans_from_it(tmp_path, capsys):
+    """plan -> snakemake -> plan --measured on the local profile, for real:
+    the study the first plan writes (torch-single, torch-ddp on 1 and 2
+    ranks, and the first choice) trains on 2 CPU ranks, and the second plan
+    fits its terms to the records, with bands, and holds each configuration
+    measured against its prediction."""
+    repo = copy_repository(str(tmp_path / "repo"))
+    study = os.path.join(repo, "plan-loop.yaml")
+    args = [*LOOP, "--write-study", study, "--study-name", "plan-loop", "--study-device", "cpu"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert "none: assumed" in first and "- torch-ddp on 1 x 2: the link in a node" in first
+    # With these assumed terms, tensor parallelism over the 2 ranks comes first.
+    assert "- torch-tp tensor_parallel=2 on 1 x 2: choice 1" in first
+    config = load_yaml(study)
+    assert config["grid"]["framework"][:2] == ["torch-single", "torch-ddp"]
+    result = snakemake(repo, "--profile", "profiles/local", "--configfile", "plan-loop.yaml")
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    measured = os.path.join(repo, "results", "plan-loop", "throughput.csv")
+    assert main([*LOOP, "--measured", measured, "--write-study", study]) == 0
+    second = capsys.readouterr().out
+    assert "none: assumed" not in second, second
+    assert "a rank's compute, TFLOP/s achieved" in second
+    assert "fitted: 2 one-rank run(s) of gpt-tiny" in second
+    assert "fitted: PyTorch DDP, gpt-tiny b2, 2 cells" in second
+    # The tensor-parallel run fits its all-reduce's own cost (gloo's and
+    # DTensor's dispatch on a CPU, which the first plan assumed none of).
+    assert "a tensor-parallel all-reduce's own cost, µs:" in second
+    assert "fitted: the excess of 1 measured run(s) over the rest" in second
+    # Every multi-rank run is held against its prediction, with its band.
+    table = second.split("predicted with the terms above:")[1].split("To measure next")[0]
+    rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| dp")}
+    assert set(rows) == {"| dp2 tp1 pp1", "| dp1 tp2 pp1"}, table
+    assert all(re.search(r"\| [\d,]+-[\d,]+ \| [+-]\d", row) for row in rows.values()), table
+    # What it measured it does not ask for again.
+    asked = second.split("To measure next")[1]
+    assert "the link in a node" not in asked and "torch-tp" not in asked, asked
+    assert "choice 1" in asked

@@ -15,10 +15,11 @@ The step time is the sum of terms, each the algorithm the backend runs:
 
 - compute: the slowest pipeline stage's FLOPs (trainscale.core.gpt's 6N +
   12LHQT per token, 8N with checkpointing: a second forward; the last
-  stage holds the head too) over its data and tensor ranks, at a share of
-  the device's peak (`mfu`);
+  stage holds the head too) over its data and tensor ranks, at a rank's
+  achieved FLOP/s;
 - the pipeline's bubble: a stage idles (p - 1) microbatch slots of its
   (m + p - 1), for GPipe and 1F1B alike (Narayanan et al. 2021);
+  each ring step below also pays its link's latency;
 - the data-parallel exchange: a ring over the d replicas moves 2(d-1)/d of
   the gradient's bytes (an all-reduce, or ZeRO-1/2's reduce-scatter and
   all-gather), 3(d-1)/d under ZeRO-3 and FSDP2 (Rajbhandari et al., §7),
@@ -104,6 +105,11 @@ class StepTerms:
     intra_latency_s: float = 0.0  # per ring step
     inter_latency_s: float = 0.0
     overlap: float = 0.0  # the share of the backward pass the data-parallel exchange hides behind
+    # What a scheme's own calls cost beyond their bytes and the link's
+    # latency (dispatch, a DTensor's redistribution, the schedule's
+    # bookkeeping): per tensor-parallel all-reduce, per pipeline send.
+    tensor_call_s: float = 0.0
+    send_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -133,20 +139,29 @@ class Configuration:
             parts.append("ckpt")
         return " ".join(parts)
 
-    def runs_as(self) -> tuple[str, ...]:
-        """The trainscale frameworks (and knobs) that run it; none: predicted only."""
+    def frameworks(self) -> tuple[tuple[str, dict], ...]:
+        """The trainscale frameworks that run it, each with its knobs; none:
+        predicted only."""
         d, t, p, z = self.data, self.tensor, self.pipeline, self.shard_stage
-        zero = f"deepspeed {ZERO_STAGE.name}={z}"
+        zero = ("deepspeed", {ZERO_STAGE.name: z})
         if t == 1 and p == 1:
-            return {0: ("torch-ddp", zero), 3: ("torch-fsdp", zero)}.get(z, (zero,))
+            return {0: (("torch-ddp", {}), zero), 3: (("torch-fsdp", {}), zero)}.get(z, (zero,))
         if p == 1 and (z == 3 or d == 1):  # FSDP2 across the tensor groups
-            return (f"torch-tp {TENSOR_PARALLEL.name}={t}",)
+            return (("torch-tp", {TENSOR_PARALLEL.name: t}),)
         if t == 1 and d == 1:
-            return (
-                f"torch-pipeline {PIPELINE_MICROBATCHES.name}={self.microbatches} "
-                f"{PIPELINE_SCHEDULE.name}={self.schedule}",
-            )
+            knobs = {
+                PIPELINE_MICROBATCHES.name: self.microbatches,
+                PIPELINE_SCHEDULE.name: self.schedule,
+            }
+            return (("torch-pipeline", knobs),)
         return ()
+
+    def runs_as(self) -> tuple[str, ...]:
+        """frameworks(), as the plan's table names them."""
+        return tuple(
+            " ".join([name, *(f"{k}={v}" for k, v in knobs.items())])
+            for name, knobs in self.frameworks()
+        )
 
 
 @dataclass(frozen=True)
@@ -274,7 +289,8 @@ def step_terms(
     tensor = 0.0
     if config.tensor > 1:
         calls = (6 if config.checkpointing else 4) * len(stage_blocks(shape.layers, slowest, p))
-        tensor = calls * m * _ring(config.tensor, microbatch_bytes, terms, inter=False)
+        ring = _ring(config.tensor, microbatch_bytes, terms, inter=False)
+        tensor = calls * m * (ring + terms.tensor_call_s)
     data = 0.0
     if config.data > 1:
         held = rank_parameters(w.model, w.seq_len, w.vocabulary, config.tensor, slowest, p)
@@ -288,7 +304,7 @@ def step_terms(
         across = config.tensor * config.data * p > cluster.gpus_per_node
         bandwidth, latency = _link(terms, across)
         # forward, and the gradient back
-        sends = 2 * m * (microbatch_bytes / (bandwidth * 1e9) + latency)
+        sends = 2 * m * (microbatch_bytes / (bandwidth * 1e9) + latency + terms.send_s)
     return {"compute": compute, "bubble": bubble, "data": data, "tensor": tensor, "pipeline": sends}
 
 

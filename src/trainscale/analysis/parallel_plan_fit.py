@@ -21,15 +21,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from trainscale.analysis.parallel_plan import Configuration, StepTerms, Workload
+from trainscale.analysis.parallel_plan import (
+    Cluster,
+    Configuration,
+    StepTerms,
+    Workload,
+    step_terms,
+)
 from trainscale.analysis.predict import BOOTSTRAP_FITS, PredictError, bootstrap
 from trainscale.analysis.predict_series import study_series
-from trainscale.catalogue.knobs import ZERO_STAGE
+from trainscale.catalogue.knobs import (
+    PIPELINE_MICROBATCHES,
+    PIPELINE_SCHEDULE,
+    TENSOR_PARALLEL,
+    ZERO_STAGE,
+)
 from trainscale.core.gpt import GPT_SHAPES, training_flops_per_token
 
 # Data-parallel frameworks whose step is one all-reduce of the gradient:
@@ -38,11 +50,29 @@ ALL_REDUCE_SERIES = ("torch-ddp", "horovod-torch", "ray-train")
 
 
 @dataclass(frozen=True)
+class Measured:
+    """A run of the study as a plan's configuration, on its own cluster shape."""
+
+    configuration: Configuration
+    workload: Workload
+    cluster: Cluster
+    tokens_per_sec: float
+    samples: tuple[float, ...]  # its timed blocks' tokens/sec
+
+    def step_seconds(self, rng=None) -> float:
+        """Its step time: from its mean, or from its blocks redrawn."""
+        rate = self.tokens_per_sec
+        if rng is not None and len(self.samples) > 1:
+            rate = float(np.mean(rng.choice(self.samples, size=len(self.samples))))
+        return self.workload.global_batch * self.workload.seq_len / rate
+
+
+@dataclass(frozen=True)
 class FittedTerms:
     terms: StepTerms  # the point fit
     draws: tuple[StepTerms, ...]  # the refits to redrawn records
     labels: dict[str, str]  # per StepTerms field: where its number came from
-    measured: tuple[tuple[Configuration, Workload, float], ...] = ()  # with tokens/sec
+    measured: tuple[Measured, ...] = ()
 
 
 def _records(rows: pd.DataFrame) -> list[dict]:
@@ -56,7 +86,17 @@ def _records(rows: pd.DataFrame) -> list[dict]:
 def _text_rows(throughput: str) -> pd.DataFrame:
     tidy = pd.read_csv(throughput)
     tidy = tidy[(tidy["status"] == "ok") & tidy["model"].isin(list(GPT_SHAPES))]
-    return tidy.assign(knobs=tidy["knobs"].fillna(""))
+    records = [_beside(path, throughput) for path in tidy["record"]]
+    return tidy.assign(knobs=tidy["knobs"].fillna(""), record=records)
+
+
+def _beside(path: str, throughput: str) -> str:
+    """A record's path as the tidy table names it, relative to the workflow's
+    folder (results/STUDY/runs/...), found from the table's own folder."""
+    folder = os.path.dirname(os.path.abspath(throughput))
+    while not os.path.exists(os.path.join(folder, path)) and folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+    return os.path.join(folder, path)
 
 
 def _compute(rows: pd.DataFrame, model: str, rng) -> tuple[float, np.ndarray, str]:
@@ -130,28 +170,74 @@ def fit_terms(
                 labels[name] = (
                     f"taken equal to the other link: no measured cell crossed it ({where})"
                 )
-    return FittedTerms(point, tuple(draws), labels, measured_configurations(rows))
+    measured = measured_configurations(rows)
+    for term, uses in SCHEME_TERMS.items():
+        cells = [m for m in measured if uses(m.configuration)]
+        if cells:
+            point = dataclasses.replace(point, **{term: _scheme_term(term, cells, point)})
+            draws = [
+                dataclasses.replace(d, **{term: _scheme_term(term, cells, d, rng)}) for d in draws
+            ]
+            labels[term] = f"fitted: the excess of {len(cells)} measured run(s) over the rest"
+    return FittedTerms(point, tuple(draws), labels, measured)
 
 
-def measured_configurations(rows: pd.DataFrame) -> tuple:
-    """The study's data-parallel runs as the plan's configurations, with the
-    workload each ran and its tokens/sec: DDP, FSDP2 and ZeRO's stages."""
+# The terms a scheme's own runs fit, and which configurations use each.
+SCHEME_TERMS = {
+    "tensor_call_s": lambda config: config.tensor > 1,
+    "send_s": lambda config: config.pipeline > 1,
+}
+
+
+def _scheme_term(term: str, cells, terms: StepTerms, rng=None) -> float:
+    """Least squares of the measured steps' excess over the prediction without
+    `term`, per use of it (the step is linear in it); none below zero."""
+    num = den = 0.0
+    for cell in cells:
+        without = dataclasses.replace(terms, **{term: 0.0})
+        base = sum(step_terms(cell.configuration, cell.cluster, cell.workload, without).values())
+        unit = dataclasses.replace(terms, **{term: 1.0})
+        uses = sum(step_terms(cell.configuration, cell.cluster, cell.workload, unit).values())
+        uses -= base
+        num += uses * (cell.step_seconds(rng) - base)
+        den += uses * uses
+    return max(0.0, num / den)
+
+
+def measured_configurations(rows: pd.DataFrame) -> tuple[Measured, ...]:
+    """The study's runs of more than one rank as the plan's configurations,
+    with the workload each ran (every framework's global batch is its batch
+    size times its ranks) and its tokens/sec."""
     found = []
     for (_, row), record in zip(rows.iterrows(), _records(rows), strict=True):
-        s, d = record["settings"], int(row["gpus"])
-        stage = {"torch-ddp": 0, "torch-fsdp": 3}.get(row["framework"])
-        if row["framework"] == "deepspeed":
-            stage = int(s.get(ZERO_STAGE.name, 0))
-        if stage is None or d < 2:
+        s, ranks = record["settings"], int(row["gpus"])
+        config = _configuration(row["framework"], ranks, s)
+        if config is None or ranks < 2:
             continue
-        precision = s.get("precision", "fp32")
         workload = Workload(
             s["model"],
             s["seq_len"],
             s["vocab_size"],
-            s["batch_size"] * d,
-            precision,
-            s.get("optimizer", "sgd"),
+            s["batch_size"] * ranks,
+            s.get("precision", "fp32"),
+            s.get("optimizer", "adam"),
         )
-        found.append((Configuration(d, 1, 1, stage), workload, float(row["tokens_per_sec_mean"])))
+        shape = Cluster(int(row["nodes"]), int(row["gpus_per_node"]), float("inf"))
+        samples = record["images_per_sec"].get("samples") or []
+        tokens = tuple(s["seq_len"] * float(x) for x in samples)
+        found.append(Measured(config, workload, shape, float(row["tokens_per_sec_mean"]), tokens))
     return tuple(found)
+
+
+def _configuration(framework: str, ranks: int, s: dict) -> Configuration | None:
+    if framework in ("torch-ddp", "torch-fsdp", "deepspeed"):
+        stage = {"torch-ddp": 0, "torch-fsdp": 3}.get(framework, s.get(ZERO_STAGE.name, 0))
+        return Configuration(ranks, 1, 1, int(stage))
+    if framework == "torch-tp":
+        tensor = s.get(TENSOR_PARALLEL.name) or ranks
+        return Configuration(ranks // tensor, tensor, 1, 3 if ranks > tensor else 0)
+    if framework == "torch-pipeline":
+        microbatches = s.get(PIPELINE_MICROBATCHES.name) or ranks  # 0: one a stage
+        schedule = s.get(PIPELINE_SCHEDULE.name, "1f1b")
+        return Configuration(1, 1, ranks, 0, microbatches, schedule=schedule)
+    return None

@@ -22,8 +22,11 @@ TERM_TEXT = {
     "inter_gb_per_s": ("one device's share of the network, GB/s", "--inter-gb-per-s"),
     "inter_latency_s": ("latency of a ring step across nodes, µs", "none, no flag"),
     "overlap": ("share of the backward pass the data-parallel exchange hides behind", "--overlap"),
+    "tensor_call_s": ("a tensor-parallel all-reduce's own cost, µs", "none, no flag"),
+    "send_s": ("a pipeline send's own cost, µs", "none, no flag"),
 }
-SCALE = {"flops_per_sec": 1e-12, "intra_latency_s": 1e6, "inter_latency_s": 1e6}
+MICRO = ("intra_latency_s", "inter_latency_s", "tensor_call_s", "send_s")
+SCALE = {"flops_per_sec": 1e-12, **dict.fromkeys(MICRO, 1e6)}
 
 
 def plan_parser(commands) -> None:
@@ -67,6 +70,19 @@ def plan_parser(commands) -> None:
     p.add_argument("--headroom", type=float, default=0.1, help="share of memory kept free")
     p.add_argument("--top", type=int, default=10, help="configurations shown (default 10)")
     p.add_argument("--output-dir", help="also write parallel_plan.md and .csv there")
+    p.add_argument(
+        "--write-study",
+        metavar="FILE",
+        help="write the cells to measure next as a study config (run it with "
+        "snakemake, then plan again with --measured)",
+    )
+    p.add_argument("--study-name", help="its study: name (default: plan-MODEL)")
+    p.add_argument(
+        "--study-device",
+        choices=("gpu", "cpu"),
+        default="gpu",
+        help="what its runs train on (default gpu)",
+    )
 
 
 def _system(args) -> dict:
@@ -163,7 +179,9 @@ def run_plan(args) -> int:
     budget = MemoryBudget(args.reserved_gib, args.headroom)
     predictions = plan(cluster, workload, budget, terms, draws)
     text = render(predictions, cluster, workload, budget, args.top)
-    text += render_terms(terms, labels) + render_measured(measured, cluster, terms, draws)
+    text += render_terms(terms, labels) + render_measured(measured, terms, draws)
+    if args.write_study:
+        text += write_study(args, predictions, cluster, workload, labels, draws, measured)
     print(text, end="")
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
@@ -173,13 +191,32 @@ def run_plan(args) -> int:
     return 0 if any(p.fits for p in predictions) else 1
 
 
+def write_study(args, predictions, cluster, workload, labels, draws, measured) -> str:
+    """The cells to measure next, as a study config at --write-study; what
+    the plan says of them."""
+    import yaml
+
+    from trainscale.analysis.parallel_plan_study import next_cells, study_config
+
+    cells = next_cells(predictions, cluster, workload, labels, draws, measured)
+    name = args.study_name or f"plan-{workload.model}"
+    config = study_config(name, cells, workload, cluster, args.study_device)
+    with open(args.write_study, "w") as handle:
+        yaml.safe_dump(config, handle, sort_keys=False)
+    lines = ["", f"To measure next ({args.write_study}, study {name}):", ""]
+    for framework, nodes, gpus, knobs, why in cells:
+        knob_text = "".join(f" {k}={v}" for k, v in knobs.items())
+        lines.append(f"- {framework}{knob_text} on {nodes} x {gpus}: {why}")
+    return "\n".join(lines) + "\n"
+
+
 def render(predictions, cluster, workload, budget, top: int) -> str:
     w, c = workload, cluster
     parameters = parameter_count(w.model, w.seq_len, w.vocabulary)
     usable = (1 - budget.headroom) * c.device_memory_gib
     fitting = [p for p in predictions if p.fits]
     lines = [
-        f"# {w.model} ({parameters / 1e9:.2f} B parameters, {w.seq_len} tokens, "
+        f"# {w.model} ({_count(parameters)} parameters, {w.seq_len} tokens, "
         f"batch {w.global_batch}, {w.precision}, {w.optimizer}) on {c.nodes} x "
         f"{c.gpus_per_node} devices of {c.device_memory_gib:g} GiB",
         "",
@@ -203,6 +240,10 @@ def render(predictions, cluster, workload, budget, top: int) -> str:
             f"{too_big[0].configuration.name}, needs {needs:.1f} GiB a rank.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
 
 
 def _band(p) -> str:
@@ -236,7 +277,7 @@ def render_terms(terms, labels: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_measured(measured, cluster, terms, draws) -> str:
+def render_measured(measured, terms, draws) -> str:
     """Each configuration the study measured beside the plan's prediction of it."""
     if not measured:
         return ""
@@ -250,12 +291,12 @@ def render_measured(measured, cluster, terms, draws) -> str:
         "error (%) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for config, workload, rate in measured:
-        p = plan_one(config, cluster, workload, MemoryBudget(), terms, draws)
-        error = 100 * (p.tokens_per_sec / rate - 1)
+    for m in measured:
+        p = plan_one(m.configuration, m.cluster, m.workload, MemoryBudget(), terms, draws)
+        error = 100 * (p.tokens_per_sec / m.tokens_per_sec - 1)
         lines.append(
-            f"| {config.name} | {workload.model} | {workload.global_batch} | "
-            f"{rate:,.0f} | {p.tokens_per_sec:,.0f} | {_band(p)} | {error:+.1f} |"
+            f"| {m.configuration.name} | {m.workload.model} | {m.workload.global_batch} | "
+            f"{m.tokens_per_sec:,.0f} | {p.tokens_per_sec:,.0f} | {_band(p)} | {error:+.1f} |"
         )
     return "\n".join(lines) + "\n"
 
