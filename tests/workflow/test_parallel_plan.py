@@ -224,7 +224,9 @@ def _made_study(folder) -> str:
             "tensor_parallel": 2,
         }
         record = {
+            "schema": 1,
             "framework": framework,
+            "training_flops_per_image": per_sequence,
             "settings": settings,
             "trainable_parameters": gradient // 4,
             "images_per_sec": {

@@ -130,9 +130,15 @@ def _half_weight_copies(
     vocabulary; 0: no head), kept for backward."""
     if precision == "fp32":
         return 0
+    per_block = block_linear_weights(shape, tensor_ranks)
+    return BYTES[precision] * (blocks * per_block + shape.width * head_outputs)
+
+
+def block_linear_weights(shape: GptShape, tensor_ranks: int = 1) -> int:
+    """The weights (biases left out) of a block's Linear layers, q, k, v and
+    attention's output and the MLP's two, on one of `tensor_ranks` ranks."""
     width, hidden = shape.width, MLP_RATIO * shape.width
-    per_block = (4 * width * width + 2 * width * hidden) // tensor_ranks
-    return BYTES[precision] * (blocks * per_block + width * head_outputs)
+    return (4 * width * width + 2 * width * hidden) // tensor_ranks
 
 
 def activation_bytes(

@@ -48,6 +48,7 @@ import numpy as np
 from trainscale.analysis.memory_model import (
     BYTES,
     activation_bytes,
+    block_linear_weights,
     microbatches_in_flight,
     model_state_bytes,
     rank_parameters,
@@ -59,7 +60,7 @@ from trainscale.catalogue.knobs import (
     TENSOR_PARALLEL,
     ZERO_STAGE,
 )
-from trainscale.core.gpt import GPT_SHAPES, MLP_RATIO, block_parameters, stage_blocks
+from trainscale.core.gpt import GPT_SHAPES, stage_blocks, stage_training_flops_per_token
 
 ZERO_STAGES = (0, 1, 2, 3)
 # Microbatches per stage tried for a pipeline: m = p x each (Megatron-LM's
@@ -171,7 +172,16 @@ class Prediction:
     seconds: dict[str, float]  # the step's terms
     fits: bool
     tokens_per_step: int
-    band: tuple[float, float] | None = None  # tokens/sec, 95 %, where terms were fitted
+    # Tokens/sec with each refit of the terms (none where they were assumed).
+    draw_rates: tuple[float, ...] = ()
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """The 95 % band of the refits' tokens/sec; None where there are none."""
+        if not self.draw_rates:
+            return None
+        low, high = np.percentile(self.draw_rates, [2.5, 97.5])
+        return float(low), float(high)
 
     @property
     def step_seconds(self) -> float:
@@ -218,14 +228,14 @@ def memory(config: Configuration, workload: Workload, budget: MemoryBudget) -> d
     the others fp32 weights under autocast), activations, ZeRO-3's gathered
     blocks (the one computing and the one prefetched) and the runtime's own."""
     w = workload
+    weights = w.precision if config.shard_stage in (1, 2) else "fp32"
+    microbatch = w.global_batch // (config.data * config.microbatches)
     worst: dict[str, float] = {}
     for stage in range(config.pipeline):
         held = rank_parameters(
             w.model, w.seq_len, w.vocabulary, config.tensor, stage, config.pipeline
         )
-        weights = w.precision if config.shard_stage in (1, 2) else "fp32"
         states = model_state_bytes(held, w.optimizer, weights, config.data, config.shard_stage)
-        microbatch = w.global_batch // (config.data * config.microbatches)
         kept = activation_bytes(
             w.model,
             microbatch,
@@ -252,23 +262,13 @@ def memory(config: Configuration, workload: Workload, budget: MemoryBudget) -> d
 
 
 def _gathered_bytes(config: Configuration, workload: Workload) -> float:
-    shape = GPT_SHAPES[workload.model]
-    width = shape.width
-    block = (4 * width * width + 2 * width * MLP_RATIO * width) // config.tensor
+    block = block_linear_weights(GPT_SHAPES[workload.model], config.tensor)
     return 2 * BYTES["fp32"] * block
 
 
 def stage_flops_per_token(workload: Workload, stage: int, stages: int) -> int:
-    """Training FLOPs per token of pipeline stage `stage` of `stages`, as
-    trainscale.core.gpt counts the whole model's (6 per weight that
-    multiplies, 12LHQT for attention): its blocks, and the final norm and
-    the head on the last stage. The stages' sum is the model's count."""
-    shape = GPT_SHAPES[workload.model]
-    blocks = len(stage_blocks(shape.layers, stage, stages))
-    dense = blocks * block_parameters(shape)
-    if stage == stages - 1:
-        dense += 2 * shape.width + shape.width * workload.vocabulary
-    return 6 * dense + 12 * blocks * shape.width * workload.seq_len
+    w = workload
+    return stage_training_flops_per_token(w.model, w.seq_len, w.vocabulary, stage, stages)
 
 
 def step_terms(
@@ -335,12 +335,9 @@ def plan_one(
     tokens = workload.global_batch * workload.seq_len
     held = memory(config, workload, budget)
     seconds = step_terms(config, cluster, workload, terms)
-    band = None
-    if draws:
-        rates = [tokens / sum(step_terms(config, cluster, workload, d).values()) for d in draws]
-        band = (float(np.percentile(rates, 2.5)), float(np.percentile(rates, 97.5)))
+    rates = tuple(tokens / sum(step_terms(config, cluster, workload, d).values()) for d in draws)
     usable = (1 - budget.headroom) * cluster.device_memory_gib * 2**30
-    return Prediction(config, held, seconds, sum(held.values()) <= usable, tokens, band)
+    return Prediction(config, held, seconds, sum(held.values()) <= usable, tokens, rates)
 
 
 def plan(

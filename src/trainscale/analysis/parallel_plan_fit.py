@@ -3,9 +3,9 @@ throughput.csv and the records it names), with their bootstrap refits for
 the plan's 95 % bands, and the study's measured configurations for
 predicted-against-measured.
 
-- A rank's achieved FLOP/s: from every one-rank run of a GPT (its FLOPs a
-  token, trainscale.core.gpt, times its tokens/sec), the plan's model's own
-  where the study ran it; redrawn from each run's timed blocks.
+- A rank's achieved FLOP/s: from every one-rank run of a GPT (its record's
+  training FLOPs a sequence times its sequences/sec), the plan's model's
+  own where the study ran it; redrawn from each run's timed blocks.
 - The links and the overlap: the step model (trainscale.analysis.predict)
   fitted to the plain data-parallel series (torch-ddp, else another whose
   step is one all-reduce) of that model, or of the largest GPT the study
@@ -20,8 +20,6 @@ Needs NumPy, SciPy and pandas: no TensorFlow, no torch.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,14 +33,15 @@ from trainscale.analysis.parallel_plan import (
     step_terms,
 )
 from trainscale.analysis.predict import BOOTSTRAP_FITS, PredictError, bootstrap
-from trainscale.analysis.predict_series import study_series
+from trainscale.analysis.predict_series import read_study_table, study_series
 from trainscale.catalogue.knobs import (
     PIPELINE_MICROBATCHES,
     PIPELINE_SCHEDULE,
     TENSOR_PARALLEL,
     ZERO_STAGE,
 )
-from trainscale.core.gpt import GPT_SHAPES, training_flops_per_token
+from trainscale.core.gpt import GPT_SHAPES
+from trainscale.core.records import read_record
 
 # Data-parallel frameworks whose step is one all-reduce of the gradient:
 # the series the links are fitted on, the first found.
@@ -75,44 +74,25 @@ class FittedTerms:
     measured: tuple[Measured, ...] = ()
 
 
-def _records(rows: pd.DataFrame) -> list[dict]:
-    found = []
-    for path in rows["record"]:
-        with open(path) as handle:
-            found.append(json.load(handle))
-    return found
-
-
 def _text_rows(throughput: str) -> pd.DataFrame:
-    tidy = pd.read_csv(throughput)
+    tidy = read_study_table(throughput)
     tidy = tidy[(tidy["status"] == "ok") & tidy["model"].isin(list(GPT_SHAPES))]
-    records = [_beside(path, throughput) for path in tidy["record"]]
-    return tidy.assign(knobs=tidy["knobs"].fillna(""), record=records)
+    return tidy.assign(knobs=tidy["knobs"].fillna(""))
 
 
-def _beside(path: str, throughput: str) -> str:
-    """A record's path as the tidy table names it, relative to the workflow's
-    folder (results/STUDY/runs/...), found from the table's own folder."""
-    folder = os.path.dirname(os.path.abspath(throughput))
-    while not os.path.exists(os.path.join(folder, path)) and folder != os.path.dirname(folder):
-        folder = os.path.dirname(folder)
-    return os.path.join(folder, path)
-
-
-def _compute(rows: pd.DataFrame, model: str, rng) -> tuple[float, np.ndarray, str]:
+def _compute(rows: pd.DataFrame, records: dict, model: str, rng) -> tuple[float, np.ndarray, str]:
     """A rank's FLOP/s: the point, its draws and its label."""
     ones = rows[rows["gpus"] == 1]
     own = ones[ones["model"] == model]
     ones = own if len(own) else ones
     if ones.empty:
         raise PredictError("no one-rank run of a GPT to fit a rank's FLOP/s to")
-    rates = []  # per run, FLOP/s per timed block
-    for record in _records(ones):
-        s = record["settings"]
-        per_sequence = training_flops_per_token(s["model"], s["seq_len"], s["vocab_size"])
-        per_sequence *= s["seq_len"]
-        samples = record["images_per_sec"].get("samples") or [record["images_per_sec"]["mean"]]
-        rates.append(per_sequence * np.asarray(samples, dtype=float))
+    rates = []  # per run, FLOP/s per timed block: its FLOPs a sequence x sequences/sec
+    for path in ones["record"]:
+        record = records[path]
+        rate = record["images_per_sec"]
+        samples = np.asarray(rate.get("samples") or [rate["mean"]], dtype=float)
+        rates.append(record["training_flops_per_image"] * samples)
     point = float(np.mean([r.mean() for r in rates]))
     draws = np.array(
         [np.mean([rng.choice(r, size=len(r)).mean() for r in rates]) for _ in range(BOOTSTRAP_FITS)]
@@ -148,7 +128,8 @@ def fit_terms(
     """The terms the study's records fit; the others stay `assumed`'s."""
     rng = np.random.default_rng(seed)
     rows = _text_rows(throughput)
-    flops, flops_draws, flops_label = _compute(rows, workload.model, rng)
+    records = {path: read_record(path) for path in rows["record"]}
+    flops, flops_draws, flops_label = _compute(rows, records, workload.model, rng)
     labels = {name: "assumed" for name in _link_terms((1, 0, 1, 0, 0))}
     labels["flops_per_sec"] = flops_label
     point = dataclasses.replace(assumed, flops_per_sec=flops)
@@ -170,7 +151,7 @@ def fit_terms(
                 labels[name] = (
                     f"taken equal to the other link: no measured cell crossed it ({where})"
                 )
-    measured = measured_configurations(rows)
+    measured = measured_configurations(rows, records)
     for term, uses in SCHEME_TERMS.items():
         cells = [m for m in measured if uses(m.configuration)]
         if cells:
@@ -204,12 +185,13 @@ def _scheme_term(term: str, cells, terms: StepTerms, rng=None) -> float:
     return max(0.0, num / den)
 
 
-def measured_configurations(rows: pd.DataFrame) -> tuple[Measured, ...]:
+def measured_configurations(rows: pd.DataFrame, records: dict) -> tuple[Measured, ...]:
     """The study's runs of more than one rank as the plan's configurations,
     with the workload each ran (every framework's global batch is its batch
     size times its ranks) and its tokens/sec."""
     found = []
-    for (_, row), record in zip(rows.iterrows(), _records(rows), strict=True):
+    for _, row in rows.iterrows():
+        record = records[row["record"]]
         s, ranks = record["settings"], int(row["gpus"])
         config = _configuration(row["framework"], ranks, s)
         if config is None or ranks < 2:

@@ -102,11 +102,10 @@ def _system(args) -> dict:
     return systems[args.system]
 
 
-def cluster_of(args):
+def cluster_of(args, system: dict):
     """The cluster's shape and memory: the flags, else --system's fields."""
     from trainscale.analysis.parallel_plan import Cluster
 
-    system = _system(args)
     values = {
         "nodes": args.nodes,
         "gpus_per_node": args.gpus_per_node or system.get("gpus_per_node"),
@@ -123,14 +122,13 @@ def _require_positive(values: dict) -> None:
         raise SettingsError(f"no positive {flags}: give it, or a --system that has it")
 
 
-def step_terms_of(args, workload):
+def step_terms_of(args, system: dict, workload):
     """(the terms, their refits, each one's label, the measured
     configurations): fitted where --measured's records can, else assumed from
     the flags and --system (a flag wins); one line names what is missing."""
     from trainscale.analysis.parallel_plan import StepTerms
     from trainscale.analysis.parallel_plan_fit import fit_terms
 
-    system = _system(args)
     peak = args.peak_tflops or (system.get("peak_tflops") or {}).get(args.precision)
     if peak is None and args.device:
         peak = PEAK_TFLOPS[args.device].get(args.precision)
@@ -165,7 +163,8 @@ def run_plan(args) -> int:
 
     if not 0 < args.mfu <= 1 or not 0 <= args.overlap <= 1 or not 0 <= args.headroom < 1:
         raise SettingsError("--mfu must be in (0, 1], --overlap and --headroom in [0, 1)")
-    cluster = cluster_of(args)
+    system = _system(args)  # read once: the cluster's shape and the terms both use it
+    cluster = cluster_of(args, system)
     shape = GPT_SHAPES[args.model]
     workload = Workload(
         args.model,
@@ -175,13 +174,13 @@ def run_plan(args) -> int:
         args.precision,
         args.optimizer,
     )
-    terms, draws, labels, measured = step_terms_of(args, workload)
+    terms, draws, labels, measured = step_terms_of(args, system, workload)
     budget = MemoryBudget(args.reserved_gib, args.headroom)
     predictions = plan(cluster, workload, budget, terms, draws)
     text = render(predictions, cluster, workload, budget, args.top)
     text += render_terms(terms, labels) + render_measured(measured, terms, draws)
     if args.write_study:
-        text += write_study(args, predictions, cluster, workload, labels, draws, measured)
+        text += write_study(args, predictions, cluster, workload, labels, measured)
     print(text, end="")
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
@@ -191,14 +190,14 @@ def run_plan(args) -> int:
     return 0 if any(p.fits for p in predictions) else 1
 
 
-def write_study(args, predictions, cluster, workload, labels, draws, measured) -> str:
+def write_study(args, predictions, cluster, workload, labels, measured) -> str:
     """The cells to measure next, as a study config at --write-study; what
     the plan says of them."""
     import yaml
 
     from trainscale.analysis.parallel_plan_study import next_cells, study_config
 
-    cells = next_cells(predictions, cluster, workload, labels, draws, measured)
+    cells = next_cells(predictions, cluster, labels, measured)
     name = args.study_name or f"plan-{workload.model}"
     config = study_config(name, cells, workload, cluster, args.study_device)
     with open(args.write_study, "w") as handle:

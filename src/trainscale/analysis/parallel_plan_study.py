@@ -17,31 +17,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainscale.analysis.parallel_plan import Cluster, Prediction, StepTerms, Workload, step_terms
+from trainscale.analysis.parallel_plan import Cluster, Prediction, Workload
 
 SWAP_SHARE = 0.05
 
 
-def swap_share(first: Prediction, second: Prediction, cluster, workload, draws) -> float:
+def swap_share(first: Prediction, second: Prediction) -> float:
     """The share of the refits in which `second` is faster than `first`."""
-    if not draws:
+    if not first.draw_rates:
         return 0.0
-
-    def seconds(p: Prediction) -> np.ndarray:
-        return np.array(
-            [sum(step_terms(p.configuration, cluster, workload, d).values()) for d in draws]
-        )
-
-    return float(np.mean(seconds(second) < seconds(first)))
+    return float(np.mean(np.array(second.draw_rates) > np.array(first.draw_rates)))
 
 
 def next_cells(
-    predictions: list[Prediction],
-    cluster: Cluster,
-    workload: Workload,
-    labels: dict,
-    draws: tuple[StepTerms, ...] = (),
-    measured=(),
+    predictions: list[Prediction], cluster: Cluster, labels: dict, measured=()
 ) -> list[tuple]:
     """(framework, nodes, GPUs per node, knobs, why) of each cell to measure."""
     cells = []
@@ -59,7 +48,7 @@ def next_cells(
         if p.fits and p.configuration.frameworks() and p.configuration.name not in done
     ]
     chosen = runnable[:1]
-    if len(runnable) > 1 and swap_share(*runnable[:2], cluster, workload, draws) > SWAP_SHARE:
+    if len(runnable) > 1 and swap_share(*runnable[:2]) > SWAP_SHARE:
         chosen = runnable[:2]
     for rank, p in enumerate(chosen, 1):
         framework, knobs = p.configuration.frameworks()[0]

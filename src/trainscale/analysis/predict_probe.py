@@ -167,10 +167,10 @@ LABELS = {
 
 def write_probe_comparison(tidy_csv: str, probe_paths: list[str], folder: str) -> None:
     """tables/predicted_vs_probe.{csv,md,tex}: the fitted link beside the probe's."""
-    from trainscale.analysis.predict_series import study_series
+    from trainscale.analysis.predict_series import read_study_table, study_series
     from trainscale.analysis.rendering import write_table
 
-    table = probe_table(study_series(pd.read_csv(tidy_csv)), probe_paths)
+    table = probe_table(study_series(read_study_table(tidy_csv)), probe_paths)
     if table.empty:
         table = pd.DataFrame({"note": ["no series spans two nodes: no inter-node link to fit"]})
     caption = (

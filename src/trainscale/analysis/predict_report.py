@@ -31,7 +31,7 @@ from trainscale.analysis.predict import (
 )
 from trainscale.analysis.predict_crossover import crossover_table, shown_crossover
 from trainscale.analysis.predict_probe import with_probed_links
-from trainscale.analysis.predict_series import holdout_split, study_series
+from trainscale.analysis.predict_series import holdout_split, read_study_table, study_series
 from trainscale.catalogue.registry import framework_spec, label
 
 
@@ -351,7 +351,7 @@ def write_predictions(
     network's probe (`probe_paths`: the study's probe records) where one ran."""
     from trainscale.analysis.figures import predicted as draw
 
-    series_list = study_series(pd.read_csv(tidy_csv))
+    series_list = study_series(read_study_table(tidy_csv))
     if link == "probe":
         series_list = with_probed_links(series_list, list(probe_paths))
     fitted = fit_study(series_list, seed)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pandas as pd
 
 from trainscale.analysis.predict import PARAMETER_SERVER, Cell, PredictError, Series
+from trainscale.analysis.tidy import load_tidy
 from trainscale.catalogue.models import KNOWN_TRAINABLE_PARAMETERS
 from trainscale.catalogue.registry import FRAMEWORKS, base_of, framework_spec, table_order
 from trainscale.catalogue.traffic import Traffic
@@ -42,6 +44,22 @@ def traffic(record: dict, model: str, image_size: int) -> tuple[int, Traffic]:
 
 
 SERIES_KEYS = ["framework", "model", "image_size", "batch_size", "knobs"]
+
+
+def read_study_table(tidy_csv: str) -> pd.DataFrame:
+    """A study's tidy table (results/STUDY/throughput.csv), each record's
+    path found wherever the command runs: the table names them from the
+    workflow's folder (results/STUDY/runs/...), looked for from the table's
+    own folder up."""
+    tidy = load_tidy(tidy_csv)
+    return tidy.assign(record=[_beside(path, tidy_csv) for path in tidy["record"]])
+
+
+def _beside(path: str, tidy_csv: str) -> str:
+    folder = os.path.dirname(os.path.abspath(tidy_csv))
+    while not os.path.exists(os.path.join(folder, path)) and folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+    return os.path.join(folder, path)
 
 
 def study_series(tidy: pd.DataFrame) -> list[Series]:

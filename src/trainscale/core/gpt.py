@@ -88,11 +88,21 @@ def training_flops_per_token(name: str, seq_len: int, vocabulary: int) -> int:
     forward and a backward of two passes each, 3 x 2 FLOPs per weight; and
     the attention's two T x T products per layer (scores and the weighted
     sum), counted in full although the causal mask makes half of them zero."""
+    return stage_training_flops_per_token(name, seq_len, vocabulary, 0, 1)
+
+
+def stage_training_flops_per_token(
+    name: str, seq_len: int, vocabulary: int, stage: int, stages: int
+) -> int:
+    """training_flops_per_token's count for pipeline stage `stage` of
+    `stages` (stage_blocks): its blocks, and the final norm and the head on
+    the last stage; the stages' counts add up to the model's."""
     shape = GPT_SHAPES[name]
-    dense = parameter_count(name, seq_len, vocabulary) - embedding_parameters(
-        shape, seq_len, vocabulary
-    )
-    return 6 * dense + 12 * shape.layers * shape.width * seq_len
+    blocks = len(stage_blocks(shape.layers, stage, stages))
+    dense = blocks * block_parameters(shape)
+    if stage == stages - 1:
+        dense += 2 * shape.width + shape.width * vocabulary  # the final norm and the head
+    return 6 * dense + 12 * blocks * shape.width * seq_len
 
 
 def stage_blocks(layers: int, stage: int, stages: int) -> range:
