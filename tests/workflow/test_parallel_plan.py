@@ -34,7 +34,12 @@ from trainscale.analysis.parallel_plan import (
 from trainscale.analysis.parallel_plan_fit import fit_terms
 from trainscale.analysis.predict import BACKWARD_SHARE
 from trainscale.cli import main
-from trainscale.core.gpt import GPT_SHAPES, parameter_count, training_flops_per_token
+from trainscale.core.gpt import (
+    GPT_SHAPES,
+    gpt_shape,
+    parameter_count,
+    training_flops_per_token,
+)
 
 H100_NODES = Cluster(4, 8, 80)
 H100_TERMS = StepTerms(0.4 * 989.4e12, intra_gb_per_s=450, inter_gb_per_s=50)
@@ -142,6 +147,31 @@ def test_a_model_too_big_for_data_parallelism_fits_sharded():
     assert ranked == sorted(ranked, reverse=True)  # those that fit first
     speeds = [p.tokens_per_sec for p in predictions if p.fits]
     assert speeds == sorted(speeds, reverse=True)
+
+
+def test_a_model_given_as_a_shape_is_planned_as_the_ladder_model_of_that_shape(capsys):
+    # gpt2-xl written as a shape: the same counts and the same ranking, to the byte.
+    shape = gpt_shape("L48-H1600-A25")
+    assert (shape.layers, shape.width, shape.heads) == (48, 1600, 25)
+    assert parameter_count("L48-H1600-A25", 1024, 50257) == parameter_count("gpt2-xl", 1024, 50257)
+    written = dataclasses.replace(XL, model="L48-H1600-A25")
+    ladder = plan(Cluster(4, 8, 80), XL, MemoryBudget(), H100_TERMS)
+    shaped = plan(Cluster(4, 8, 80), written, MemoryBudget(), H100_TERMS)
+    assert [(p.configuration, p.seconds, p.memory_bytes) for p in shaped] == [
+        (p.configuration, p.seconds, p.memory_bytes) for p in ladder
+    ]
+    # A 7 B shape no ladder has, through the command: its sequence given.
+    args = ["plan", "--model", "L32-H4096-A32", "--nodes", "2", "--gpus-per-node", "8"]
+    args += ["--device", "H100", "--device-memory-gib", "80"]
+    args += ["--intra-gb-per-s", "300", "--inter-gb-per-s", "50"]
+    assert main(args) == 2
+    assert "--model L32-H4096-A32 is a shape: give its --seq-len" in capsys.readouterr().err
+    assert main([*args, "--seq-len", "2048"]) == 0
+    assert "# L32-H4096-A32 (6.86 B parameters, 2048 tokens, batch 512" in capsys.readouterr().out
+    for bad in ("L32-H4096-A30", "gpt-huge"):
+        with pytest.raises(SystemExit):
+            main(["plan", "--model", bad, "--nodes", "1"])
+        assert "argument --model" in capsys.readouterr().err
 
 
 def test_the_command_plans_a_system_of_a_study_and_labels_what_it_assumed(capsys, tmp_path):

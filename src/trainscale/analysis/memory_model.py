@@ -32,10 +32,10 @@ input only (and recomputes the rest in backward, one block at a time).
 from __future__ import annotations
 
 from trainscale.core.gpt import (
-    GPT_SHAPES,
     MLP_RATIO,
     GptShape,
     embedding_parameters,
+    gpt_shape,
     stage_blocks,
 )
 
@@ -86,7 +86,7 @@ def rank_parameters(
     column-split projections' weights and biases divided, the row-split
     ones' weights divided and biases whole, the norms whole), with the
     embeddings on the first stage and the final norm and head on the last."""
-    shape = GPT_SHAPES[model]
+    shape = gpt_shape(model)
     width, hidden, t = shape.width, MLP_RATIO * shape.width, tensor_ranks
     columns = (3 * (width * width + width) + width * hidden + hidden) // t  # q, k, v; MLP in
     rows = (width * width + hidden * width) // t + 2 * width  # attention out, MLP out
@@ -157,7 +157,7 @@ def activation_bytes(
     `stages` (the first holds the token ids, the last the final norm, the
     head and the loss; one stage: the whole model, as a data-parallel rank
     holds it). `precision`: fp32, or bf16/fp16 under torch's autocast."""
-    shape = GPT_SHAPES[model]
+    shape = gpt_shape(model)
     tokens = batch * seq_len
     blocks = len(stage_blocks(shape.layers, stage, stages))
     if checkpointing:

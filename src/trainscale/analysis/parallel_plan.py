@@ -60,7 +60,7 @@ from trainscale.catalogue.knobs import (
     TENSOR_PARALLEL,
     ZERO_STAGE,
 )
-from trainscale.core.gpt import GPT_SHAPES, stage_blocks, stage_training_flops_per_token
+from trainscale.core.gpt import gpt_shape, stage_blocks, stage_training_flops_per_token
 
 ZERO_STAGES = (0, 1, 2, 3)
 # Microbatches per stage tried for a pipeline: m = p x each (Megatron-LM's
@@ -197,7 +197,7 @@ def configurations(cluster: Cluster, workload: Workload) -> list[Configuration]:
     dividing a node's GPUs and the model's heads, a pipeline of at most one
     block a stage, a global batch that divides over the replicas and the
     microbatches, each ZeRO stage (tensor groups: none, or FSDP2's 3)."""
-    shape = GPT_SHAPES[workload.model]
+    shape = gpt_shape(workload.model)
     found = []
     for t in _divisors(cluster.gpus_per_node):
         if shape.heads % t:
@@ -262,7 +262,7 @@ def memory(config: Configuration, workload: Workload, budget: MemoryBudget) -> d
 
 
 def _gathered_bytes(config: Configuration, workload: Workload) -> float:
-    block = block_linear_weights(GPT_SHAPES[workload.model], config.tensor)
+    block = block_linear_weights(gpt_shape(workload.model), config.tensor)
     return 2 * BYTES["fp32"] * block
 
 
@@ -277,7 +277,7 @@ def step_terms(
     """Seconds of each term of one step (the module's docstring), at the
     pipeline's slowest stage: the others wait for it."""
     w, p, m = workload, config.pipeline, config.microbatches
-    shape = GPT_SHAPES[w.model]
+    shape = gpt_shape(w.model)
     tokens = w.global_batch * w.seq_len
     slowest = max(range(p), key=lambda stage: stage_flops_per_token(w, stage, p))
     flops = stage_flops_per_token(w, slowest, p) * tokens / (config.data * config.tensor)

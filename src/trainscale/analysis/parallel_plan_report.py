@@ -5,10 +5,11 @@ Needs no TensorFlow, torch or pandas."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 
-from trainscale.core.gpt import GPT_SHAPES, parameter_count
+from trainscale.core.gpt import GPT_SHAPES, gpt_shape, parameter_count
 from trainscale.core.setting import SettingsError
 from trainscale.harness.flops import PEAK_TFLOPS
 
@@ -38,8 +39,13 @@ def plan_parser(commands) -> None:
         "first, each term of the prediction labelled assumed where no record fits it. "
         "Hardware from the flags, or from a study config's cluster.systems entry.",
     )
-    p.add_argument("--model", required=True, choices=sorted(GPT_SHAPES))
-    p.add_argument("--seq-len", type=int, help="tokens a sequence (default: the model's context)")
+    p.add_argument(
+        "--model",
+        required=True,
+        type=_model,
+        help=f"a ladder model ({', '.join(GPT_SHAPES)}) or a shape, L<layers>-H<hidden>-A<heads>",
+    )
+    p.add_argument("--seq-len", type=int, help="tokens a sequence (else a ladder model's context)")
     p.add_argument("--vocabulary", type=int, default=50257, help="default: GPT-2's, 50257")
     p.add_argument("--global-batch", type=int, default=512, help="sequences a step (default 512)")
     p.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
@@ -158,6 +164,15 @@ def step_terms_of(args, system: dict, workload):
     return fitted.terms, fitted.draws, labels, fitted.measured
 
 
+def _model(name: str) -> str:
+    """--model's value, checked: argparse prints the one line a bad one gets."""
+    try:
+        gpt_shape(name)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return name
+
+
 def run_plan(args) -> int:
     from trainscale.analysis.parallel_plan import MemoryBudget, Workload, plan
 
@@ -165,7 +180,14 @@ def run_plan(args) -> int:
         raise SettingsError("--mfu must be in (0, 1], --overlap and --headroom in [0, 1)")
     system = _system(args)  # read once: the cluster's shape and the terms both use it
     cluster = cluster_of(args, system)
-    shape = GPT_SHAPES[args.model]
+    shape = gpt_shape(args.model)
+    if not (args.seq_len or shape.context):
+        raise SettingsError(f"--model {args.model} is a shape: give its --seq-len")
+    if args.write_study and args.model not in GPT_SHAPES:
+        raise SettingsError(
+            f"--write-study: {args.model} is a shape trainscale plans but does not train; "
+            "plan a ladder model to write its cells"
+        )
     workload = Workload(
         args.model,
         args.seq_len or shape.context,

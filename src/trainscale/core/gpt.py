@@ -25,6 +25,7 @@ Weights start from N(0, 0.02) (GPT-2's), biases at zero.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # The vocabulary of GPT-2's byte-pair encoding: the default on synthetic tokens.
@@ -58,6 +59,29 @@ GPT_SHAPES = {
 }
 TEXT_MODELS = tuple(GPT_SHAPES)
 
+# A shape that is not on the ladder, for the analyses that only count (the
+# parameters, the FLOPs, the memory; `trainscale plan`): BERT's notation
+# (Devlin et al. 2019), L layers, H the hidden width, A attention heads.
+SHAPE_PATTERN = re.compile(r"L(\d+)-H(\d+)-A(\d+)")
+
+
+def gpt_shape(name: str) -> GptShape:
+    """The shape of a ladder model, or of a shape written `L48-H1600-A25`
+    (its context 0: the caller gives the sequence length). A ValueError
+    names both forms for anything else."""
+    if name in GPT_SHAPES:
+        return GPT_SHAPES[name]
+    found = SHAPE_PATTERN.fullmatch(name)
+    if not found:
+        raise ValueError(
+            f"{name!r} is neither a ladder model ({', '.join(GPT_SHAPES)}) nor a shape "
+            "written L<layers>-H<hidden>-A<heads> (e.g. L48-H1600-A25)"
+        )
+    layers, width, heads = map(int, found.groups())
+    if min(layers, width, heads) < 1 or width % heads:
+        raise ValueError(f"{name}: layers, hidden, heads positive, heads dividing hidden")
+    return GptShape(layers=layers, heads=heads, width=width, context=0)
+
 
 def block_parameters(shape: GptShape) -> int:
     """One block: two layer norms, four attention projections, the MLP."""
@@ -71,8 +95,9 @@ def embedding_parameters(shape: GptShape, seq_len: int, vocabulary: int) -> int:
 
 
 def parameter_count(name: str, seq_len: int, vocabulary: int) -> int:
-    """Every trainable number of model `name` at this sequence length and vocabulary."""
-    shape = GPT_SHAPES[name]
+    """Every trainable number of model `name` (a ladder name or a shape,
+    gpt_shape) at this sequence length and vocabulary."""
+    shape = gpt_shape(name)
     return (
         embedding_parameters(shape, seq_len, vocabulary)
         + shape.layers * block_parameters(shape)
@@ -97,7 +122,7 @@ def stage_training_flops_per_token(
     """training_flops_per_token's count for pipeline stage `stage` of
     `stages` (stage_blocks): its blocks, and the final norm and the head on
     the last stage; the stages' counts add up to the model's."""
-    shape = GPT_SHAPES[name]
+    shape = gpt_shape(name)
     blocks = len(stage_blocks(shape.layers, stage, stages))
     dense = blocks * block_parameters(shape)
     if stage == stages - 1:
