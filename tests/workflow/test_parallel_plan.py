@@ -7,6 +7,7 @@ import json
 import os
 import re
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -31,6 +32,7 @@ from trainscale.analysis.parallel_plan import (
     stage_flops_per_token,
     step_terms,
 )
+from trainscale.analysis.parallel_plan_figure import checked, draw_predicted_against_measured
 from trainscale.analysis.parallel_plan_fit import fit_terms
 from trainscale.analysis.predict import BACKWARD_SHARE
 from trainscale.cli import main
@@ -312,6 +314,12 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
         predicted = plan_one(config, node, workload, MemoryBudget(), terms, fitted.draws)
         assert predicted.tokens_per_sec == pytest.approx(rate, rel=0.02)
         assert predicted.band[0] < rate < predicted.band[1]
+    # The same check as the plan's figure draws it: each on its own cluster shape.
+    pairs = checked(fitted.measured, terms, fitted.draws)
+    assert [abs(pair.error_percent) < 2 and pair.inside_band for pair in pairs] == [True] * 3
+    figure = tmp_path / "predicted_vs_measured.png"
+    draw_predicted_against_measured(pairs, str(figure))
+    assert plt.imread(figure).shape[:2] == (624, 768)  # 6.4 x 5.2 inches at 120 dpi
 
 
 LOOP = [
@@ -364,8 +372,11 @@ def test_a_plan_writes_the_study_that_fits_its_terms_and_replans_from_it(tmp_pat
     assert result.returncode == 0, result.stderr[-4000:]
 
     measured = os.path.join(repo, "results", "plan-loop", "throughput.csv")
-    assert main([*LOOP, "--measured", measured, "--write-study", study]) == 0
+    replanned = tmp_path / "replanned"
+    again = [*LOOP, "--measured", measured, "--write-study", study, "--output-dir", str(replanned)]
+    assert main(again) == 0
     second = capsys.readouterr().out
+    assert plt.imread(replanned / "predicted_vs_measured.png").ndim == 3  # the figure of the table
     assert "none: assumed" not in second, second
     assert "a rank's compute, TFLOP/s achieved" in second
     assert "fitted: 2 one-rank run(s) of gpt-tiny" in second

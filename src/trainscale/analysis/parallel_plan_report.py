@@ -175,6 +175,7 @@ def _model(name: str) -> str:
 
 def run_plan(args) -> int:
     from trainscale.analysis.parallel_plan import MemoryBudget, Workload, plan
+    from trainscale.analysis.parallel_plan_figure import checked, draw_predicted_against_measured
 
     if not 0 < args.mfu <= 1 or not 0 <= args.overlap <= 1 or not 0 <= args.headroom < 1:
         raise SettingsError("--mfu must be in (0, 1], --overlap and --headroom in [0, 1)")
@@ -199,8 +200,9 @@ def run_plan(args) -> int:
     terms, draws, labels, measured = step_terms_of(args, system, workload)
     budget = MemoryBudget(args.reserved_gib, args.headroom)
     predictions = plan(cluster, workload, budget, terms, draws)
+    pairs = checked(measured, terms, draws)
     text = render(predictions, cluster, workload, budget, args.top)
-    text += render_terms(terms, labels) + render_measured(measured, terms, draws)
+    text += render_terms(terms, labels) + render_measured(pairs)
     if args.write_study:
         text += write_study(args, predictions, cluster, workload, labels, measured)
     print(text, end="")
@@ -209,6 +211,9 @@ def run_plan(args) -> int:
         with open(os.path.join(args.output_dir, "parallel_plan.md"), "w") as handle:
             handle.write(text)
         write_csv(predictions, os.path.join(args.output_dir, "parallel_plan.csv"))
+        if pairs:
+            figure = os.path.join(args.output_dir, "predicted_vs_measured.png")
+            draw_predicted_against_measured(pairs, figure)
     return 0 if any(p.fits for p in predictions) else 1
 
 
@@ -298,12 +303,11 @@ def render_terms(terms, labels: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_measured(measured, terms, draws) -> str:
-    """Each configuration the study measured beside the plan's prediction of it."""
-    if not measured:
+def render_measured(pairs) -> str:
+    """Each configuration the study measured beside the plan's prediction of
+    it (parallel_plan_figure.checked)."""
+    if not pairs:
         return ""
-    from trainscale.analysis.parallel_plan import MemoryBudget, plan_one
-
     lines = [
         "",
         "Measured in --measured's study, and predicted with the terms above:",
@@ -312,12 +316,12 @@ def render_measured(measured, terms, draws) -> str:
         "error (%) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for m in measured:
-        p = plan_one(m.configuration, m.cluster, m.workload, MemoryBudget(), terms, draws)
-        error = 100 * (p.tokens_per_sec / m.tokens_per_sec - 1)
+    for pair in pairs:
+        m, p = pair.measured, pair.predicted
         lines.append(
             f"| {m.configuration.name} | {m.workload.model} | {m.workload.global_batch} | "
-            f"{m.tokens_per_sec:,.0f} | {p.tokens_per_sec:,.0f} | {_band(p)} | {error:+.1f} |"
+            f"{m.tokens_per_sec:,.0f} | {p.tokens_per_sec:,.0f} | {_band(p)} | "
+            f"{pair.error_percent:+.1f} |"
         )
     return "\n".join(lines) + "\n"
 

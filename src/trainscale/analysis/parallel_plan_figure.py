@@ -1,0 +1,71 @@
+"""`trainscale plan --measured`'s figure: every configuration the study
+measured, its measured tokens/sec against the plan's prediction of it with
+the 95 % band, on the line where the two are equal. A point off the line by
+more than its band is a term the plan has wrong (how-to: Plan a run on
+your cluster)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainscale.analysis.parallel_plan import MemoryBudget, Prediction, plan_one
+from trainscale.analysis.parallel_plan_fit import Measured
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A measured configuration beside the plan's prediction of it."""
+
+    measured: Measured
+    predicted: Prediction
+
+    @property
+    def error_percent(self) -> float:
+        return 100 * (self.predicted.tokens_per_sec / self.measured.tokens_per_sec - 1)
+
+    @property
+    def inside_band(self) -> bool | None:
+        """Whether the measured rate is inside the band; None without a band."""
+        band = self.predicted.band
+        return None if band is None else band[0] <= self.measured.tokens_per_sec <= band[1]
+
+
+def checked(measured: list[Measured], terms, draws) -> list[Checked]:
+    """Each measured configuration predicted on its own cluster shape with
+    the plan's terms (and their refits, for the band)."""
+    return [
+        Checked(m, plan_one(m.configuration, m.cluster, m.workload, MemoryBudget(), terms, draws))
+        for m in measured
+    ]
+
+
+def draw_predicted_against_measured(pairs: list[Checked], path: str) -> None:
+    """The figure, to `path` (PNG): measured on x, predicted on y, both in
+    tokens/sec on log axes, each point labelled with its configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 5.2))
+    rates = []
+    for pair in pairs:
+        x, y = pair.measured.tokens_per_sec, pair.predicted.tokens_per_sec
+        band = pair.predicted.band
+        # No band (every term assumed): the point alone, hollow.
+        error = None if band is None else [[y - band[0]], [band[1] - y]]
+        face = "none" if band is None else "tab:blue"
+        axes.errorbar(x, y, yerr=error, fmt="o", mfc=face, mec="tab:blue", ecolor="tab:blue")
+        label = f"{pair.measured.configuration.name} ({pair.error_percent:+.0f} %)"
+        axes.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        rates += [x, y, *(band or ())]
+    low, high = min(rates) / 1.5, max(rates) * 1.5
+    axes.plot([low, high], [low, high], color="grey", linewidth=0.8, label="predicted = measured")
+    axes.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high))
+    axes.set_xlabel("measured tokens/sec")
+    axes.set_ylabel("predicted tokens/sec (95 % band)")
+    axes.set_title("The plan against what the study measured")
+    axes.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
