@@ -52,7 +52,16 @@ NO_RUNTIME = MemoryBudget(reserved_gib=0)
 def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     w = Workload("gpt-mini", 128, 1000, global_batch=32, precision="fp32")
     ddp = memory(Configuration(4, 1, 1, 0), w, NO_RUNTIME)
-    assert sum(ddp.values()) == peak_tensor_bytes("gpt-mini", 8, 128, 1000)
+    # The model's count, and DDP's buckets: a second copy of the gradients.
+    assert ddp["buffers"] == ddp["gradients"] == 4 * parameter_count("gpt-mini", 128, 1000)
+    assert sum(ddp.values()) - ddp["buffers"] == peak_tensor_bytes("gpt-mini", 8, 128, 1000)
+    # DeepSpeed's ZeRO-1 holds its reduce bucket whole (the declared default
+    # unless the run's knobs say otherwise), in the weights' 16-bit type.
+    bf16 = dataclasses.replace(w, precision="bf16")
+    zero1 = Configuration(4, 1, 1, 1)
+    assert memory(zero1, bf16, NO_RUNTIME, "deepspeed")["buffers"] == 2 * 500_000_000
+    knobs = {"zero_reduce_bucket_size": 1000}
+    assert memory(zero1, bf16, NO_RUNTIME, "deepspeed", knobs)["buffers"] == 2000
     # ZeRO-3 splits all three model states over the 4 replicas, and holds two
     # blocks' weights gathered (the one computing and the one prefetched).
     zero3 = memory(Configuration(4, 1, 1, 3), w, NO_RUNTIME)

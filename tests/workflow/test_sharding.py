@@ -79,6 +79,9 @@ def test_the_rule_writes_both_tables_and_the_figure(tmp_path):
     assert all((tmp_path / "figures" / f"sharding_memory.{ext}").exists() for ext in ("png", "pdf"))
     markdown = (tmp_path / "tables" / "sharding_memory.md").read_text()
     assert "gpt2-medium" in markdown
+    # No record counted its live tensor bytes: the check's table says so.
+    check = (tmp_path / "tables" / "memory_model_check.md").read_text()
+    assert "(no run counted them: run the study with tensor_memory: true)" in check
 
 
 @pytest.mark.parametrize("limit", [None, 1.0])

@@ -31,6 +31,9 @@ input only (and recomputes the rest in backward, one block at a time).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from trainscale.catalogue.knobs import ZERO_PREFETCH_BUCKET, ZERO_REDUCE_BUCKET
 from trainscale.core.gpt import (
     MLP_RATIO,
     GptShape,
@@ -71,6 +74,29 @@ def model_state_bytes(
         "gradients": weight * parameters / split[1],
         "optimizer": optimizer_bytes * parameters / split[2],
     }
+
+
+def buffer_bytes(
+    framework: str, parameters: int, gradient: str, shard_stage: int, knobs: Mapping = {}
+) -> float:
+    """What a framework allocates beside the model states of a rank holding
+    `parameters` (before ZeRO's split), its gradients in `gradient`'s type:
+    DDP's buckets, a flat copy of every gradient (torch's DDP keeps them
+    apart from .grad unless gradient_as_bucket_view); DeepSpeed's reduce
+    bucket at ZeRO 1-3, held whole whatever the model's size (2.0 GB at its
+    default in fp32, as torch's memory timeline found on gpt-tiny and
+    gpt-mini alike), and at ZeRO-3 its prefetch bucket of weights, at most
+    the model. `knobs`: a run's settings (the knobs' defaults where it has none)."""
+    each = BYTES[gradient]
+    if framework == "torch-ddp":
+        return each * parameters
+    if framework != "deepspeed" or shard_stage == 0:
+        return 0.0
+    reduce, prefetch = (
+        int(knobs.get(knob.name, knob.default))
+        for knob in (ZERO_REDUCE_BUCKET, ZERO_PREFETCH_BUCKET)
+    )
+    return each * (reduce + (min(prefetch, parameters) if shard_stage == 3 else 0))
 
 
 def rank_parameters(

@@ -40,6 +40,8 @@ RECOVERY, GOODPUT, RECOVERY_TIMELINE = "recovery", "goodput", "recovery_timeline
 # sharding_report.write_sharding (a study of text models at 2 or more sizes):
 # two tables and a figure named like the first
 SHARDING_MEMORY, SHARDING_CROSSOVER = "sharding_memory", "sharding_crossover"
+# ... and the memory model against the runs' live tensor bytes (memory_check)
+MEMORY_MODEL_CHECK = "memory_model_check"
 # containers_report.write_containers (a study with a container axis): a table and a figure
 CONTAINERS = "containers"
 # systems_report.write_systems (a study with two or more systems): a table and a figure

@@ -41,6 +41,7 @@ other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,7 @@ from trainscale.analysis.memory_model import (
     BYTES,
     activation_bytes,
     block_linear_weights,
+    buffer_bytes,
     microbatches_in_flight,
     model_state_bytes,
     rank_parameters,
@@ -222,12 +224,22 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def memory(config: Configuration, workload: Workload, budget: MemoryBudget) -> dict[str, float]:
+def memory(
+    config: Configuration,
+    workload: Workload,
+    budget: MemoryBudget,
+    framework: str | None = None,
+    knobs: Mapping = {},
+) -> dict[str, float]:
     """Bytes one rank holds at most, at its pipeline's fullest stage: model
     states (DeepSpeed below ZeRO-3 keeps 16-bit weights and an fp32 master;
     the others fp32 weights under autocast), activations, ZeRO-3's gathered
-    blocks (the one computing and the one prefetched) and the runtime's own."""
+    blocks (the one computing and the one prefetched), the framework's own
+    buffers (memory_model.buffer_bytes: `framework`, else the first that
+    runs the configuration, with a run's `knobs`) and the runtime's own."""
     w = workload
+    runs = config.frameworks()
+    framework = framework or (runs[0][0] if runs else "")
     weights = w.precision if config.shard_stage in (1, 2) else "fp32"
     microbatch = w.global_batch // (config.data * config.microbatches)
     worst: dict[str, float] = {}
@@ -254,6 +266,7 @@ def memory(config: Configuration, workload: Workload, budget: MemoryBudget) -> d
             **states,
             "activations": kept * in_flight,
             "gathered": _gathered_bytes(config, w) if config.shard_stage == 3 else 0.0,
+            "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
             "reserved": budget.reserved_gib * 2**30,
         }
         if sum(held_bytes.values()) > sum(worst.values()):

@@ -187,33 +187,44 @@ def _scheme_term(term: str, cells, terms: StepTerms, rng=None) -> float:
 
 def measured_configurations(rows: pd.DataFrame, records: dict) -> tuple[Measured, ...]:
     """The study's runs of more than one rank as the plan's configurations,
-    with the workload each ran (every framework's global batch is its batch
-    size times its ranks) and its tokens/sec."""
+    with the workload each ran and its tokens/sec."""
     found = []
     for _, row in rows.iterrows():
         record = records[row["record"]]
         s, ranks = record["settings"], int(row["gpus"])
-        config = _configuration(row["framework"], ranks, s)
+        config = configuration_of(row["framework"], ranks, s)
         if config is None or ranks < 2:
             continue
-        workload = Workload(
-            s["model"],
-            s["seq_len"],
-            s["vocab_size"],
-            s["batch_size"] * ranks,
-            s.get("precision", "fp32"),
-            s.get("optimizer", "adam"),
-        )
         shape = Cluster(int(row["nodes"]), int(row["gpus_per_node"]), float("inf"))
         samples = record["images_per_sec"].get("samples") or []
         tokens = tuple(s["seq_len"] * float(x) for x in samples)
+        workload = workload_of(s, ranks)
         found.append(Measured(config, workload, shape, float(row["tokens_per_sec_mean"]), tokens))
     return tuple(found)
 
 
-def _configuration(framework: str, ranks: int, s: dict) -> Configuration | None:
-    if framework in ("torch-ddp", "torch-fsdp", "deepspeed"):
-        stage = {"torch-ddp": 0, "torch-fsdp": 3}.get(framework, s.get(ZERO_STAGE.name, 0))
+def workload_of(settings: dict, ranks: int) -> Workload:
+    """What a run of `ranks` ranks trained, from its record's settings: every
+    framework's global batch is its batch size times its ranks."""
+    s = settings
+    return Workload(
+        s["model"],
+        s["seq_len"],
+        s["vocab_size"],
+        s["batch_size"] * ranks,
+        s.get("precision", "fp32"),
+        s.get("optimizer", "adam"),
+    )
+
+
+def configuration_of(framework: str, ranks: int, s: dict) -> Configuration | None:
+    """The plan's configuration a run of `framework` on `ranks` ranks with
+    settings `s` was; None for a framework the plan has no scheme for."""
+    if framework in ("torch-single", "torch-ddp", "torch-fsdp", "deepspeed"):
+        # DeepSpeed's stage is its knob; FSDP2 shards as ZeRO-3 does.
+        stage = {"torch-single": 0, "torch-ddp": 0, "torch-fsdp": 3}.get(
+            framework, s.get(ZERO_STAGE.name, 0)
+        )
         return Configuration(ranks, 1, 1, int(stage))
     if framework == "torch-tp":
         tensor = s.get(TENSOR_PARALLEL.name) or ranks

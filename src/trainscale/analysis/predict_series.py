@@ -50,9 +50,10 @@ def read_study_table(tidy_csv: str) -> pd.DataFrame:
     """A study's tidy table (results/STUDY/throughput.csv), each record's
     path found wherever the command runs: the table names them from the
     workflow's folder (results/STUDY/runs/...), looked for from the table's
-    own folder up."""
+    own folder up (a row with none keeps its empty cell)."""
     tidy = load_tidy(tidy_csv)
-    return tidy.assign(record=[_beside(path, tidy_csv) for path in tidy["record"]])
+    found = [_beside(path, tidy_csv) if isinstance(path, str) else path for path in tidy["record"]]
+    return tidy.assign(record=found)
 
 
 def _beside(path: str, tidy_csv: str) -> str:

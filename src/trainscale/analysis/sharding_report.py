@@ -15,6 +15,9 @@ framework reads (precision), so only the scheme differs.
   measured: between the largest size where it was not and that one), and the
   largest measured model that ended ok with its peak within the memory limit
   of its replica count (a run that ran out of memory does not fit).
+- `memory_model_check`: with `tensor_memory: true`, each run's live tensor
+  bytes at its peak against the memory model's count for its configuration
+  (trainscale.analysis.memory_check).
 - `figures/sharding_memory`: peak memory per replica against parameters
   (both logarithmic), one line per scheme, a panel per replica count, the
   memory limit dashed.
@@ -27,8 +30,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from trainscale.analysis.outputs import SHARDING_CROSSOVER, SHARDING_MEMORY
-from trainscale.analysis.tidy import series_label, series_order
+from trainscale.analysis.outputs import MEMORY_MODEL_CHECK, SHARDING_CROSSOVER, SHARDING_MEMORY
+from trainscale.analysis.tidy import add_series, series_label, series_order
 
 BASELINE = "torch-ddp"
 # A scheme is compared with DDP within these.
@@ -148,3 +151,19 @@ def write_sharding(tidy_csv: str, folder: str, figures: list[str], limit_gib=Non
                 "Where each scheme starts to save memory against DDP, and the largest "
                 "model within the memory limit")  # fmt: skip
     sharding_figure(memory, limits, figures)
+    write_memory_check(tidy_csv, tables)
+
+
+def write_memory_check(tidy_csv: str, tables: str) -> None:
+    """tables/memory_model_check: the memory model against the runs' live
+    tensor bytes (trainscale.analysis.memory_check)."""
+    from trainscale.analysis.memory_check import memory_check_rows
+    from trainscale.analysis.predict_series import read_study_table
+    from trainscale.analysis.rendering import write_table
+
+    runs = read_study_table(tidy_csv).fillna({"knobs": ""})  # a record per row
+    check = memory_check_rows(add_series(runs))
+    caption = "The memory model's bytes a rank against the live tensor bytes at each run's peak"
+    if check.empty:
+        caption += " (no run counted them: run the study with tensor_memory: true)"
+    write_table(check, tables, MEMORY_MODEL_CHECK, caption)

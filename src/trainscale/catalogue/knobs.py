@@ -1,8 +1,6 @@
 """The knobs only some frameworks read, declared once each (trainscale.core.setting),
 and what a step moves where that reads them; the registry's entries name them
-(trainscale.catalogue.registry).
-
-Nothing here imports TensorFlow or torch.
+(trainscale.catalogue.registry). Nothing here imports TensorFlow or torch.
 """
 
 from __future__ import annotations
@@ -286,30 +284,32 @@ ZERO_STAGE = Setting(
     axis=True,
     group="communication",
 )
+# ZeRO's buffers, in elements, at DeepSpeed 0.19.8's defaults (runtime/zero/config.py):
+# held beyond a rank's shards (trainscale.analysis.memory_model.buffer_bytes).
+ZERO_REDUCE_BUCKET = Setting(
+    "zero_reduce_bucket_size",
+    int,
+    500_000_000,
+    "deepspeed: elements of gradient reduced at a time (reduce_bucket_size; "
+    "its buffer is held whole)",
+    minimum=1,
+    axis=True,
+    group="memory",
+)
+ZERO_PREFETCH_BUCKET = Setting(
+    "zero_prefetch_bucket_size",
+    int,
+    50_000_000,
+    "deepspeed ZeRO-3: elements of parameters gathered ahead of their use "
+    "(stage3_prefetch_bucket_size)",
+    minimum=0,
+    axis=True,
+    group="memory",
+)
 DEEPSPEED_KNOBS = (
     ZERO_STAGE,
-    # ZeRO's buffers, at DeepSpeed 0.19.8's defaults (runtime/zero/config.py),
-    # in numbers of elements: what a sharded run holds beyond its shards.
-    Setting(
-        "zero_reduce_bucket_size",
-        int,
-        500_000_000,
-        "deepspeed: elements of gradient reduced at a time (reduce_bucket_size; "
-        "its buffer is held whole)",
-        minimum=1,
-        axis=True,
-        group="memory",
-    ),
-    Setting(
-        "zero_prefetch_bucket_size",
-        int,
-        50_000_000,
-        "deepspeed ZeRO-3: elements of parameters gathered ahead of their use "
-        "(stage3_prefetch_bucket_size)",
-        minimum=0,
-        axis=True,
-        group="memory",
-    ),
+    ZERO_REDUCE_BUCKET,
+    ZERO_PREFETCH_BUCKET,
     Setting(
         "zero_max_live_parameters",
         int,

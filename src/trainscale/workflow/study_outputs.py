@@ -127,7 +127,7 @@ class StudyOutputs:
         return self._analysis(self.faulted, tables, [outputs.RECOVERY_TIMELINE])
 
     def sharding_files(self) -> Files:
-        tables = [outputs.SHARDING_MEMORY, outputs.SHARDING_CROSSOVER]
+        tables = [outputs.SHARDING_MEMORY, outputs.SHARDING_CROSSOVER, outputs.MEMORY_MODEL_CHECK]
         return self._analysis(self.sharded, tables, [outputs.SHARDING_MEMORY])
 
     def containers_files(self) -> Files:

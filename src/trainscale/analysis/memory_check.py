@@ -1,0 +1,71 @@
+"""The memory model against what the runs held: `memory_model_check`, one
+row per run measured with `--tensor-memory` (a record's peak_tensor_bytes:
+torch's memory timeline over one step after the timed ones, the live tensor
+bytes at its peak), beside the bytes a rank `trainscale plan` counts for the
+same configuration (trainscale.analysis.parallel_plan.memory, with no
+runtime reserve: the timeline counts tensors only).
+
+On a CPU a record's peak memory is the process's resident set (libraries,
+the C library's freed pages), which the model does not count; the live
+tensor bytes are what it does. Written with the memory study's tables
+(trainscale.analysis.sharding_report.write_sharding); a study run without
+`tensor_memory: true` gets the table's one line saying so.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+COLUMNS = [
+    "framework",
+    "model",
+    "ranks",
+    "configuration",
+    "measured_bytes",
+    "predicted_bytes",
+    "error_percent",
+    "predicted_states_bytes",
+    "predicted_activations_bytes",
+    "predicted_gathered_bytes",
+    "predicted_buffers_bytes",
+]
+# The plan's memory kinds that are model states (memory_model.model_state_bytes).
+STATES = ("parameters", "gradients", "optimizer")
+
+
+def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
+    """A row per ok run of the tidy table (its `record` column a path this
+    process can open) whose record counted its live tensor bytes."""
+    from trainscale.analysis.parallel_plan import MemoryBudget, memory
+    from trainscale.analysis.parallel_plan_fit import configuration_of, workload_of
+    from trainscale.analysis.tidy import series_label
+
+    found = []
+    for _, row in tidy[(tidy["status"] == "ok") & tidy["record"].notna()].iterrows():
+        with open(row["record"]) as handle:
+            record = json.load(handle)
+        measured, ranks = record.get("peak_tensor_bytes"), int(row["gpus"])
+        config = configuration_of(row["framework"], ranks, record["settings"])
+        if not measured or config is None:
+            continue
+        workload = workload_of(record["settings"], ranks)
+        held = memory(config, workload, MemoryBudget(0.0), row["framework"], record["settings"])
+        predicted = sum(held.values())
+        found.append(
+            {
+                "framework": series_label(row["series"]),
+                "model": row["model"],
+                "ranks": ranks,
+                "configuration": config.name,
+                "measured_bytes": measured,
+                "predicted_bytes": int(predicted),
+                "error_percent": round(100 * (predicted / measured - 1), 1),
+                "predicted_states_bytes": int(sum(held.get(k, 0) for k in STATES)),
+                "predicted_activations_bytes": int(held["activations"]),
+                "predicted_gathered_bytes": int(held["gathered"]),
+                "predicted_buffers_bytes": int(held["buffers"]),
+            }
+        )
+    return pd.DataFrame(found, columns=COLUMNS)
