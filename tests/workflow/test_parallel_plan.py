@@ -34,6 +34,7 @@ from trainscale.analysis.parallel_plan import (
 )
 from trainscale.analysis.parallel_plan_figure import checked, draw_predicted_against_measured
 from trainscale.analysis.parallel_plan_fit import fit_terms
+from trainscale.analysis.parallel_plan_probe import probed_links, with_probed_links
 from trainscale.analysis.predict import BACKWARD_SHARE
 from trainscale.cli import main
 from trainscale.core.gpt import (
@@ -217,6 +218,41 @@ def test_the_command_plans_a_system_of_a_study_and_labels_what_it_assumed(capsys
     assert main([*args[:-4], "--system", "node7", *links]) == 2
     err = capsys.readouterr().err
     assert "defines no system 'node7'; it defines node5-titan-rtx, node9-v100" in err
+
+
+def _probe_record(folder, link: str, busbw: float, seconds: float) -> str:
+    """A `trainscale probe` record of 2 gloo ranks on `link`: its all-reduce
+    sweep at a flat bus bandwidth, the smallest taking `seconds`."""
+    sweep = [
+        {"bytes": size, "seconds": seconds if size == 4 else size / busbw, "busbw": busbw}
+        for size in (4, 2**20, 2**28)
+    ]
+    record = {"kind": "network_probe", "network": "", "nodes": 2 if link == "inter-node" else 1}
+    record.update(transport="torch-gloo", ranks=2, link=link, all_reduce=sweep)
+    path = folder / f"{link}.json"
+    path.write_text(json.dumps(record))
+    return str(path)
+
+
+def test_the_links_come_from_the_probes_records_where_the_study_fits_none(capsys, tmp_path):
+    intra = _probe_record(tmp_path, "intra-node", 90e9, 20e-6)
+    inter = _probe_record(tmp_path, "inter-node", 12e9, 40e-6)
+    args = ["plan", "--model", "gpt2-small", "--nodes", "2", "--gpus-per-node", "4"]
+    args += ["--device", "V100", "--device-memory-gib", "32", "--precision", "fp16"]
+    assert main([*args, "--probe", intra, inter]) == 0
+    out = capsys.readouterr().out
+    assert "bus bandwidth between a node's devices, GB/s: 90, probed: torch-gloo" in out
+    assert "one device's share of the network, GB/s: 12, probed: torch-gloo" in out
+    assert "latency of a ring step across nodes, µs: 20, probed" in out  # 40 µs over 2 steps
+    # A link the study's cells only took equal to the other takes the probe's.
+    fitted = fit_terms(_made_study(tmp_path), MINI, StepTerms(1.0, 100, 10))
+    probed = probed_links([inter], 4 * parameter_count("gpt-mini", 128, 1000))
+    labels = dict(fitted.labels)
+    terms, draws, labels = with_probed_links(fitted.terms, fitted.draws, labels, probed)
+    assert terms.inter_gb_per_s == pytest.approx(12)
+    assert {round(d.inter_gb_per_s, 6) for d in draws} == {12.0}
+    assert terms.intra_gb_per_s == fitted.terms.intra_gb_per_s  # fitted: kept
+    assert labels["inter_gb_per_s"].startswith("probed: torch-gloo all-reduce on 2 ranks")
 
 
 # A study made with known terms: gpt-mini's one-rank runs at 20 GFLOP/s,

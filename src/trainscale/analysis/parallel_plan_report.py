@@ -61,6 +61,7 @@ def plan_parser(commands) -> None:
     p.add_argument("--intra-gb-per-s", type=float, help="assumed bus bandwidth in a node")
     p.add_argument("--inter-gb-per-s", type=float, help="assumed network share of a device")
     p.add_argument("--overlap", type=float, default=0.0, help="assumed (none)")
+    p.add_argument("--probe", nargs="+", metavar="JSON", help="trainscale probe records: the links")
     p.add_argument(
         "--reserved-gib",
         type=float,
@@ -83,12 +84,7 @@ def plan_parser(commands) -> None:
         "snakemake, then plan again with --measured)",
     )
     p.add_argument("--study-name", help="its study: name (default: plan-MODEL)")
-    p.add_argument(
-        "--study-device",
-        choices=("gpu", "cpu"),
-        default="gpu",
-        help="what its runs train on (default gpu)",
-    )
+    p.add_argument("--study-device", choices=("gpu", "cpu"), default="gpu", help="its runs' device")
 
 
 def _system(args) -> dict:
@@ -134,6 +130,7 @@ def step_terms_of(args, system: dict, workload):
     the flags and --system (a flag wins); one line names what is missing."""
     from trainscale.analysis.parallel_plan import StepTerms
     from trainscale.analysis.parallel_plan_fit import fit_terms
+    from trainscale.analysis.parallel_plan_probe import probed_links, with_probed_links
 
     peak = args.peak_tflops or (system.get("peak_tflops") or {}).get(args.precision)
     if peak is None and args.device:
@@ -146,22 +143,21 @@ def step_terms_of(args, system: dict, workload):
     )
     labels = {name: f"assumed ({flag})" for name, (_, flag) in TERM_TEXT.items()}
     labels["flops_per_sec"] = f"assumed (--mfu {args.mfu:g} of a {peak or 0:g} TFLOP/s peak)"
+    gradient = 4 * parameter_count(workload.model, workload.seq_len, workload.vocabulary)
+    probed = probed_links(args.probe, gradient) if args.probe else {}
     if not args.measured:
-        _require_positive(
-            {
-                "peak_tflops": peak,
-                "intra_gb_per_s": assumed.intra_gb_per_s,
-                "inter_gb_per_s": assumed.inter_gb_per_s,
-            }
-        )
-        return assumed, (), labels, ()
+        terms, draws, labels = with_probed_links(assumed, (), labels, probed)
+        links = {n: getattr(terms, n) for n in ("intra_gb_per_s", "inter_gb_per_s")}
+        _require_positive({"peak_tflops": peak, **links})
+        return terms, draws, labels, ()
     if not os.path.isfile(args.measured):
         raise SettingsError(f"{args.measured}: no such file (run the study's collect first)")
     fitted = fit_terms(args.measured, workload, assumed)
     labels.update({name: text for name, text in fitted.labels.items() if text != "assumed"})
-    unfitted = {n: getattr(fitted.terms, n) for n in ("intra_gb_per_s", "inter_gb_per_s")}
+    terms, draws, labels = with_probed_links(fitted.terms, fitted.draws, labels, probed)
+    unfitted = {n: getattr(terms, n) for n in ("intra_gb_per_s", "inter_gb_per_s")}
     _require_positive({n: v for n, v in unfitted.items() if labels[n].startswith("assumed")})
-    return fitted.terms, fitted.draws, labels, fitted.measured
+    return terms, draws, labels, fitted.measured
 
 
 def _model(name: str) -> str:

@@ -69,11 +69,20 @@ def probed_link(series: Series, probes: list[dict]) -> ProbedLink | None:
     if not transport or not found:
         return None
     record = min(found, key=lambda p: p["transport"] != transport)
-    sizes = np.log([row["bytes"] for row in record["all_reduce"]])
-    busbw = np.log([row["busbw"] for row in record["all_reduce"]])
-    bandwidth = float(np.exp(np.interp(math.log(series.gradient_bytes), sizes, busbw)))
+    return all_reduce_link(record, series.gradient_bytes)
+
+
+def all_reduce_link(record: dict, size: float) -> ProbedLink:
+    """A probe record's link as a ring sees it: the all-reduce's bus
+    bandwidth at `size` bytes (interpolated in logs between the swept
+    sizes) and the latency of one of its 2 (n - 1) steps (the smallest
+    all-reduce's time over them)."""
+    sweep = record["all_reduce"]
+    sizes = np.log([row["bytes"] for row in sweep])
+    busbw = np.log([row["busbw"] for row in sweep])
+    bandwidth = float(np.exp(np.interp(math.log(size), sizes, busbw)))
     steps = 2 * (record["ranks"] - 1)
-    return ProbedLink(bandwidth, record["all_reduce"][0]["seconds"] / steps, record["ranks"])
+    return ProbedLink(bandwidth, sweep[0]["seconds"] / steps, record["ranks"])
 
 
 def with_link(series: Series, link: ProbedLink) -> Series:
