@@ -35,6 +35,7 @@ from trainscale.analysis.parallel_plan import (
 from trainscale.analysis.parallel_plan_figure import checked, draw_predicted_against_measured
 from trainscale.analysis.parallel_plan_fit import fit_terms
 from trainscale.analysis.parallel_plan_probe import probed_links, with_probed_links
+from trainscale.analysis.parallel_plan_validation import render_validation, validate
 from trainscale.analysis.predict import BACKWARD_SHARE
 from trainscale.cli import main
 from trainscale.core.gpt import (
@@ -367,6 +368,24 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     assert plt.imread(figure).shape[:2] == (624, 768)  # 6.4 x 5.2 inches at 120 dpi
 
 
+def test_each_scheme_is_held_out_and_the_regret_is_taken_where_two_compete(tmp_path):
+    assumed = StepTerms(1.0, intra_gb_per_s=100, inter_gb_per_s=10)
+    v = validate(_made_study(tmp_path), MINI, assumed)
+    # DDP's 4-rank run, predicted from its 1- and 2-rank runs: the link they fit.
+    ((scheme, ddp),) = v.held_out
+    assert scheme == "torch-ddp" and ddp.measured.configuration.name == "dp4 tp1 pp1"
+    assert abs(ddp.error_percent) < 2 and ddp.inside_band
+    assert v.one_size == ("torch-tp",)  # one size: nothing of its own to hold out
+    # At 2 ranks, fitted on the one-rank runs only, the plan knows no
+    # all-reduce's own cost: it ranks tensor parallelism first, which ran
+    # slower than DDP.
+    assert v.ranks == 2 and v.choice.startswith("torch-tp") and v.best.startswith("torch-ddp")
+    assert 0 < v.regret < 0.05
+    text = render_validation(v)
+    assert "torch-ddp: held-out MAPE" in text and "1 of 1 in band" in text
+    assert f"it ran {100 * v.regret:.1f} % slower than the best, torch-ddp" in text
+
+
 LOOP = [
     "plan",
     "--model",
@@ -435,6 +454,9 @@ def test_a_plan_writes_the_study_that_fits_its_terms_and_replans_from_it(tmp_pat
     rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| dp")}
     assert set(rows) == {"| dp2 tp1 pp1", "| dp1 tp2 pp1"}, table
     assert all(re.search(r"\| [\d,]+-[\d,]+ \| [+-]\d", row) for row in rows.values()), table
+    # Validated with the plan: DDP's 2-rank run held out, and the regret
+    # where DDP and tensor parallelism compete.
+    assert "torch-ddp: held-out MAPE" in second and "Regret at 2 ranks" in second
     # What it measured it does not ask for again.
     asked = second.split("To measure next")[1]
     assert "the link in a node" not in asked and "torch-tp" not in asked, asked

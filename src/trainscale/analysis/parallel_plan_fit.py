@@ -126,9 +126,21 @@ def fit_terms(
     throughput: str, workload: Workload, assumed: StepTerms, seed: int = 0
 ) -> FittedTerms:
     """The terms the study's records fit; the others stay `assumed`'s."""
-    rng = np.random.default_rng(seed)
+    rows, records = study_rows(throughput)
+    return fit_terms_to(rows, records, workload, assumed, seed)
+
+
+def study_rows(throughput: str) -> tuple[pd.DataFrame, dict]:
+    """A study's ok runs of a GPT (its tidy table's rows) and their records, by path."""
     rows = _text_rows(throughput)
-    records = {path: read_record(path) for path in rows["record"]}
+    return rows, {path: read_record(path) for path in rows["record"]}
+
+
+def fit_terms_to(
+    rows: pd.DataFrame, records: dict, workload: Workload, assumed: StepTerms, seed: int = 0
+) -> FittedTerms:
+    """fit_terms on these rows of a study (a subset: the held-out validation's)."""
+    rng = np.random.default_rng(seed)
     flops, flops_draws, flops_label = _compute(rows, records, workload.model, rng)
     labels = {name: "assumed" for name in _link_terms((1, 0, 1, 0, 0))}
     labels["flops_per_sec"] = flops_label

@@ -126,8 +126,9 @@ def _require_positive(values: dict) -> None:
 
 def step_terms_of(args, system: dict, workload):
     """(the terms, their refits, each one's label, the measured
-    configurations): fitted where --measured's records can, else assumed from
-    the flags and --system (a flag wins); one line names what is missing."""
+    configurations, the terms before any fit): fitted where --measured's
+    records can, else measured by --probe's or assumed from the flags and
+    --system (a flag wins); one line names what is missing."""
     from trainscale.analysis.parallel_plan import StepTerms
     from trainscale.analysis.parallel_plan_fit import fit_terms
     from trainscale.analysis.parallel_plan_probe import probed_links, with_probed_links
@@ -145,11 +146,11 @@ def step_terms_of(args, system: dict, workload):
     labels["flops_per_sec"] = f"assumed (--mfu {args.mfu:g} of a {peak or 0:g} TFLOP/s peak)"
     gradient = 4 * parameter_count(workload.model, workload.seq_len, workload.vocabulary)
     probed = probed_links(args.probe, gradient) if args.probe else {}
+    assumed, _, labels = with_probed_links(assumed, (), labels, probed)
     if not args.measured:
-        terms, draws, labels = with_probed_links(assumed, (), labels, probed)
-        links = {n: getattr(terms, n) for n in ("intra_gb_per_s", "inter_gb_per_s")}
+        links = {n: getattr(assumed, n) for n in ("intra_gb_per_s", "inter_gb_per_s")}
         _require_positive({"peak_tflops": peak, **links})
-        return terms, draws, labels, ()
+        return assumed, (), labels, (), assumed
     if not os.path.isfile(args.measured):
         raise SettingsError(f"{args.measured}: no such file (run the study's collect first)")
     fitted = fit_terms(args.measured, workload, assumed)
@@ -157,7 +158,7 @@ def step_terms_of(args, system: dict, workload):
     terms, draws, labels = with_probed_links(fitted.terms, fitted.draws, labels, probed)
     unfitted = {n: getattr(terms, n) for n in ("intra_gb_per_s", "inter_gb_per_s")}
     _require_positive({n: v for n, v in unfitted.items() if labels[n].startswith("assumed")})
-    return terms, draws, labels, fitted.measured
+    return terms, draws, labels, fitted.measured, assumed
 
 
 def _model(name: str) -> str:
@@ -172,6 +173,7 @@ def _model(name: str) -> str:
 def run_plan(args) -> int:
     from trainscale.analysis.parallel_plan import MemoryBudget, Workload, plan
     from trainscale.analysis.parallel_plan_figure import checked, draw_predicted_against_measured
+    from trainscale.analysis.parallel_plan_validation import render_validation, validate
 
     if not 0 < args.mfu <= 1 or not 0 <= args.overlap <= 1 or not 0 <= args.headroom < 1:
         raise SettingsError("--mfu must be in (0, 1], --overlap and --headroom in [0, 1)")
@@ -193,12 +195,14 @@ def run_plan(args) -> int:
         args.precision,
         args.optimizer,
     )
-    terms, draws, labels, measured = step_terms_of(args, system, workload)
+    terms, draws, labels, measured, assumed = step_terms_of(args, system, workload)
     budget = MemoryBudget(args.reserved_gib, args.headroom)
     predictions = plan(cluster, workload, budget, terms, draws)
     pairs = checked(measured, terms, draws)
     text = render(predictions, cluster, workload, budget, args.top)
     text += render_terms(terms, labels) + render_measured(pairs)
+    if args.measured:
+        text += render_validation(validate(args.measured, workload, assumed))
     if args.write_study:
         text += write_study(args, predictions, cluster, workload, labels, measured)
     print(text, end="")
