@@ -8,7 +8,14 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# A study given with --configfile replaces config.yaml (profiles/default:
+# replace-workflow-config). Snakemake does not pass that setting on to a
+# cluster job's own Snakemake, which would merge config.yaml back under the
+# study (a text study's image_size 0 would read 224 there): so config.yaml
+# is read only when no config file is given.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 report: "workflow/report/workflow.rst"

@@ -8,7 +8,7 @@ import os
 
 import pandas as pd
 import pytest
-from conftest import run_study_in_a_copy
+from conftest import run_study_in_a_copy, snakemake
 
 from trainscale.core.gpt import parameter_count
 
@@ -42,6 +42,18 @@ STUDY = {
 @pytest.fixture(scope="module")
 def study(run_store):
     return run_study_in_a_copy(run_store, STUDY)
+
+
+@pytest.mark.slow
+def test_a_cluster_jobs_snakemake_reads_the_study_as_the_driver_saved_it(study):
+    # A SLURM job runs Snakemake again, given the study's file but not the
+    # workflow profile's replace-workflow-config: config.yaml (image_size 224)
+    # must not slip under a text study that left image_size to its default
+    # (0, as saved), or every job refuses the study (Snakefile).
+    repo = os.path.dirname(os.path.dirname(study))
+    job = ["--workflow-profile", "none", "--configfiles", "sharding-cpu.yaml", "-n"]
+    dry = snakemake(repo, *job)
+    assert dry.returncode == 0 and "measured with other settings" not in dry.stderr, dry.stderr
 
 
 @pytest.mark.slow
