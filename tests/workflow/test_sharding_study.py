@@ -46,6 +46,9 @@ def study(run_store):
 
 @pytest.mark.slow
 def test_a_cluster_jobs_snakemake_reads_the_study_as_the_driver_saved_it(study):
+    """Over a minute where it is the first to ask for the study (its fixture:
+    8 runs of 2 ranks, each profiling a step for its live tensor bytes);
+    the check itself is one dry run of a second or so."""
     # A SLURM job runs Snakemake again, given the study's file but not the
     # workflow profile's replace-workflow-config: config.yaml (image_size 224)
     # must not slip under a text study that left image_size to its default
@@ -58,8 +61,9 @@ def test_a_cluster_jobs_snakemake_reads_the_study_as_the_driver_saved_it(study):
 
 @pytest.mark.slow
 def test_the_memory_study_measures_every_scheme_at_every_size(study):
-    """Over a minute with its study (the fixture): 8 runs of 2 ranks, each
-    scheme's own start (DeepSpeed's and the tensor-parallel mesh's are slow)."""
+    """Over a minute where it is the first to ask for its study (the
+    fixture): 8 runs of 2 ranks, each scheme's own start (DeepSpeed's and
+    the tensor-parallel mesh's are slow) and a profiled step."""
     memory = pd.read_csv(os.path.join(study, "tables", "sharding_memory.csv"))
     print(memory[["framework", "model", "parameters", "peak_mib", "vs_ddp"]].to_string())
     assert set(memory["framework"]) == SCHEMES
