@@ -360,6 +360,7 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
         predicted = plan_one(config, node, workload, MemoryBudget(), terms, fitted.draws)
         assert predicted.tokens_per_sec == pytest.approx(rate, rel=0.02)
         assert predicted.band[0] < rate < predicted.band[1]
+    assert sorted(m.framework for m in fitted.measured) == ["torch-ddp", "torch-ddp", "torch-tp"]
     # The same check as the plan's figure draws it: each on its own cluster shape.
     pairs = checked(fitted.measured, terms, fitted.draws)
     assert [abs(pair.error_percent) < 2 and pair.inside_band for pair in pairs] == [True] * 3

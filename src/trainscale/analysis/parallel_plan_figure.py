@@ -56,7 +56,8 @@ def draw_predicted_against_measured(pairs: list[Checked], path: str) -> None:
         error = None if band is None else [[y - band[0]], [band[1] - y]]
         face = "none" if band is None else "tab:blue"
         axes.errorbar(x, y, yerr=error, fmt="o", mfc=face, mec="tab:blue", ecolor="tab:blue")
-        label = f"{pair.measured.configuration.name} ({pair.error_percent:+.0f} %)"
+        ran = f"{pair.measured.framework}: " if pair.measured.framework else ""
+        label = f"{ran}{pair.measured.configuration.name} ({pair.error_percent:+.0f} %)"
         axes.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
         rates += [x, y, *(band or ())]
     low, high = min(rates) / 1.5, max(rates) * 1.5

@@ -57,6 +57,7 @@ class Measured:
     cluster: Cluster
     tokens_per_sec: float
     samples: tuple[float, ...]  # its timed blocks' tokens/sec
+    framework: str = ""  # what ran it, with the knobs it read
 
     def step_seconds(self, rng=None) -> float:
         """Its step time: from its mean, or from its blocks redrawn."""
@@ -211,7 +212,9 @@ def measured_configurations(rows: pd.DataFrame, records: dict) -> tuple[Measured
         samples = record["images_per_sec"].get("samples") or []
         tokens = tuple(s["seq_len"] * float(x) for x in samples)
         workload = workload_of(s, ranks)
-        found.append(Measured(config, workload, shape, float(row["tokens_per_sec_mean"]), tokens))
+        rate = float(row["tokens_per_sec_mean"])
+        ran = " ".join(filter(None, [row["framework"], row["knobs"]]))
+        found.append(Measured(config, workload, shape, rate, tokens, ran))
     return tuple(found)
 
 

@@ -312,14 +312,15 @@ def render_measured(pairs) -> str:
         "",
         "Measured in --measured's study, and predicted with the terms above:",
         "",
-        "| configuration | model | batch | measured tokens/sec | predicted | 95 % band | "
-        "error (%) |",
-        "|---|---|---|---|---|---|---|",
+        "| configuration | run as | model | batch | measured tokens/sec | predicted | "
+        "95 % band | error (%) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for pair in pairs:
         m, p = pair.measured, pair.predicted
         lines.append(
-            f"| {m.configuration.name} | {m.workload.model} | {m.workload.global_batch} | "
+            f"| {m.configuration.name} | {m.framework} | {m.workload.model} | "
+            f"{m.workload.global_batch} | "
             f"{m.tokens_per_sec:,.0f} | {p.tokens_per_sec:,.0f} | {_band(p)} | "
             f"{pair.error_percent:+.1f} |"
         )
