@@ -14,8 +14,6 @@ tensor bytes are what it does. Written with the memory study's tables
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 COLUMNS = [
@@ -41,11 +39,11 @@ def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
     from trainscale.analysis.parallel_plan import MemoryBudget, memory
     from trainscale.analysis.parallel_plan_fit import configuration_of, workload_of
     from trainscale.analysis.tidy import series_label
+    from trainscale.core.records import read_record
 
     found = []
     for _, row in tidy[(tidy["status"] == "ok") & tidy["record"].notna()].iterrows():
-        with open(row["record"]) as handle:
-            record = json.load(handle)
+        record = read_record(row["record"])
         measured, ranks = record.get("peak_tensor_bytes"), int(row["gpus"])
         config = configuration_of(row["framework"], ranks, record["settings"])
         if not measured or config is None:
@@ -62,7 +60,7 @@ def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
                 "measured_bytes": measured,
                 "predicted_bytes": int(predicted),
                 "error_percent": round(100 * (predicted / measured - 1), 1),
-                "predicted_states_bytes": int(sum(held.get(k, 0) for k in STATES)),
+                "predicted_states_bytes": int(sum(held[kind] for kind in STATES)),
                 "predicted_activations_bytes": int(held["activations"]),
                 "predicted_gathered_bytes": int(held["gathered"]),
                 "predicted_buffers_bytes": int(held["buffers"]),

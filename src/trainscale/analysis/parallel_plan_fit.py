@@ -77,8 +77,7 @@ class FittedTerms:
 
 def _text_rows(throughput: str) -> pd.DataFrame:
     tidy = read_study_table(throughput)
-    tidy = tidy[(tidy["status"] == "ok") & tidy["model"].isin(list(GPT_SHAPES))]
-    return tidy.assign(knobs=tidy["knobs"].fillna(""))
+    return tidy[(tidy["status"] == "ok") & tidy["model"].isin(list(GPT_SHAPES))]
 
 
 def _compute(rows: pd.DataFrame, records: dict, model: str, rng) -> tuple[float, np.ndarray, str]:

@@ -3,8 +3,8 @@ well the plan predicts what it did not see.
 
 - Held out, per scheme (a framework and its knobs, as the study ran it):
   the scheme's runs at its largest rank count (of two or more, its one-rank
-  runs among them) are left out, the terms are
-  fitted to the rest of the study (its own smaller runs among them), and
+  runs among them) are left out, the terms are fitted to the rest of the
+  study (its own smaller runs among them), and
   each left-out run is predicted with its 95 % band. Per scheme: the mean
   absolute error (%) and the share of held-out runs inside their band. A
   scheme measured at one size has nothing of its own to hold out against,
@@ -24,6 +24,7 @@ import pandas as pd
 
 from trainscale.analysis.parallel_plan_figure import Checked, checked
 from trainscale.analysis.parallel_plan_fit import (
+    FittedTerms,
     fit_terms_to,
     measured_configurations,
     study_rows,
@@ -53,8 +54,8 @@ def validate(throughput: str, workload, assumed) -> Validation:
             one_size.append(scheme)
             continue
         left_out = own[own["gpus"] == own["gpus"].max()]
-        pairs = _predicted(rows.drop(left_out.index), left_out, records, workload, assumed)
-        held += [(scheme, pair) for pair in pairs]
+        fitted = _fitted(rows.drop(left_out.index), records, workload, assumed)
+        held += [(scheme, pair) for pair in _predicted(fitted, left_out, records)]
     ranks, choice, best, regret = _regret(rows, records, workload, assumed)
     return Validation(tuple(held), tuple(one_size), ranks, choice, best, regret)
 
@@ -63,11 +64,17 @@ def _scheme(framework: str, knobs: str) -> str:
     return f"{framework} {knobs}" if knobs else framework
 
 
-def _predicted(fit_rows, target_rows, records, workload, assumed) -> list[Checked]:
-    """target_rows' runs predicted with the terms fit_rows fit (none where they cannot)."""
+def _fitted(fit_rows, records, workload, assumed) -> FittedTerms | None:
+    """The terms fit_rows fit; None where they cannot."""
     try:
-        fitted = fit_terms_to(fit_rows, records, workload, assumed)
+        return fit_terms_to(fit_rows, records, workload, assumed)
     except PredictError:
+        return None
+
+
+def _predicted(fitted: FittedTerms | None, target_rows, records) -> list[Checked]:
+    """target_rows' runs predicted with `fitted`'s terms (none without them)."""
+    if fitted is None:
         return []
     return checked(list(measured_configurations(target_rows, records)), fitted.terms, fitted.draws)
 
@@ -78,9 +85,10 @@ def _regret(rows: pd.DataFrame, records, workload, assumed):
         return None, None, None, None
     ranks = int(counts[counts > 1].index.max())
     below, at = rows[rows["gpus"] < ranks], rows[rows["gpus"] == ranks]
+    fitted = _fitted(below, records, workload, assumed)  # once, for every scheme there
     measured, predicted = {}, {}
     for scheme, own in at.groupby("scheme"):
-        pairs = _predicted(below, own, records, workload, assumed)
+        pairs = _predicted(fitted, own, records)
         if not pairs:
             return ranks, None, None, None  # nothing below them to fit
         name = f"{scheme} ({pairs[0].measured.configuration.name})"

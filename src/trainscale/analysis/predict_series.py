@@ -50,10 +50,11 @@ def read_study_table(tidy_csv: str) -> pd.DataFrame:
     """A study's tidy table (results/STUDY/throughput.csv), each record's
     path found wherever the command runs: the table names them from the
     workflow's folder (results/STUDY/runs/...), looked for from the table's
-    own folder up (a row with none keeps its empty cell)."""
+    own folder up (a row with none keeps its empty cell); a run without
+    knobs has "" there, as the series and the plan name it."""
     tidy = load_tidy(tidy_csv)
     found = [_beside(path, tidy_csv) if isinstance(path, str) else path for path in tidy["record"]]
-    return tidy.assign(record=found)
+    return tidy.assign(record=found, knobs=tidy["knobs"].fillna(""))
 
 
 def _beside(path: str, tidy_csv: str) -> str:

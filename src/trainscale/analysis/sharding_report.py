@@ -161,8 +161,7 @@ def write_memory_check(tidy_csv: str, tables: str) -> None:
     from trainscale.analysis.predict_series import read_study_table
     from trainscale.analysis.rendering import write_table
 
-    runs = read_study_table(tidy_csv).fillna({"knobs": ""})  # a record per row
-    check = memory_check_rows(add_series(runs))
+    check = memory_check_rows(add_series(read_study_table(tidy_csv)))  # a record per row
     caption = "The memory model's bytes a rank against the live tensor bytes at each run's peak"
     if check.empty:
         caption += " (no run counted them: run the study with tensor_memory: true)"
