@@ -300,14 +300,18 @@ def side_studies() -> dict[str, dict]:
     # The 2-node job is cancelled; the 1-node one beside it ends as it should.
     cancel["grid"].update(framework=["horovod"], nodes=[1, 2], gpus_per_node=[1])
     cancel["constraints"] = {}
-    # A 2-minute limit and endless training: the run's watchdog (the limit
-    # less a 60 s margin, at least 30 s) stops it first. One rank: it trains
-    # for all of those 30-odd s, and the watchdog ends a step of one task as
-    # of many. Not 1 minute: the job's own Snakemake start (20 s on a loaded
+    # A 2-minute limit and a run that would never end: the run's watchdog
+    # (the limit less a 60 s margin, at least 30 s) stops it first. Its one
+    # rank freezes (SIGSTOP) a second into its timed steps, for longer than
+    # the limit: a hung run reaches the limit as an endless one does, without
+    # spending the 30-odd s on this machine's cores that the other studies'
+    # jobs need. Not 1 minute: the job's own Snakemake start (20 s on a loaded
     # 2-core VM) left the 30 s floor too little margin, and SLURM's kill came
     # 3 s after the record was written (CI at 9385f80).
     limit = study_config(study="slurm-lab-limit", train_retries=0)
-    limit["benchmark"].update(data_dir="results/slurm-lab-limit/data", blocks=1000000)
+    limit["benchmark"].update(
+        data_dir="results/slurm-lab-limit/data", blocks=1000000, fault="stop-rank0-at1s-for600s"
+    )
     limit["cluster"]["runtime_minutes"] = 2
     limit["grid"].update(framework=["horovod"], nodes=[1], gpus_per_node=[1])
     limit["constraints"] = {}  # the lab study's are about its own grid

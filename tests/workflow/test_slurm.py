@@ -21,6 +21,7 @@ from lab_studies import assert_hosts_follow, records, study_config
 from runs import show_in_the_log
 
 from trainscale.catalogue.registry import REGISTRY, framework_spec
+from trainscale.core.faults import read_timeline
 from trainscale.core.slurm import WORKFLOW_MEM_MB
 
 # One lab on this machine: its tests share one pytest-xdist worker.
@@ -216,6 +217,10 @@ def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab_campaig
     assert record["status"] == "timeout" and record["images_per_sec"] is None
     # At least the floor, and ended well before the 120 s limit.
     assert 30 <= record["elapsed_seconds"] < 90
+    # Its rank froze in its timed steps (the study's stop fault) and never woke.
+    runs = Path(study.repo, "results/slurm-lab-limit/runs/horovod/small_cnn/b16")
+    events = [e["event"] for e in read_timeline(str(runs / "n1g1r1.json.timeline.jsonl"))]
+    assert "fault_injected" in events and "fault_ended" not in events, events
 
 
 def test_a_node_without_the_training_environment_fails_its_point_naming_the_path(lab_campaign):
