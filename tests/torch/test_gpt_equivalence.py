@@ -31,7 +31,7 @@ def reference(run_store):
 
 CASES = [  # every model-parallel framework, and DDP beside them
     ("torch-ddp", []),
-    ("torch-pipeline", ["--pipeline-schedule", "gpipe", "--pipeline-microbatches", "2"]),
+    # (GPipe: the 2 x 2 pipelines' test below.)
     # Its defaults, 1F1B over 4 microbatches: the run its text example is held to.
     ("torch-pipeline", []),
     ("torch-tp", []),
@@ -50,6 +50,21 @@ def test_tensor_parallel_groups_with_fsdp2_across_them_train_as_one_device_does(
     run = gpt_run(run_store, "torch-tp", 4, *options)
     assert_trains_like_one_device(reference, run.weights(), ATOL, "torch-tp 2 x 2")
     assert_options_recorded(run.record["settings"], options)
+    _check_text_record(run.record, 4)
+
+
+@pytest.mark.slow
+def test_two_pipelines_with_ddp_across_them_train_as_one_device_does(run_store, reference):
+    # 4 ranks: 2 pipelines of 2 stages (PP x DP), GPipe over 2 microbatches
+    # of each pipeline's half of the batch; DDP all-reduces each stage's
+    # gradients with the other pipeline's same stage.
+    options = ["--pipeline-stages", "2", "--pipeline-schedule", "gpipe"]
+    options += ["--pipeline-microbatches", "2"]
+    run = gpt_run(run_store, "torch-pipeline", 4, *options)
+    assert_trains_like_one_device(reference, run.weights(), ATOL, "torch-pipeline 2 x 2")
+    assert_options_recorded(run.record["settings"], options)
+    config = run.record["framework_config"]
+    assert (config["stages"], config["pipelines"], config["microbatches"]) == (2, 2, 2), config
     _check_text_record(run.record, 4)
 
 

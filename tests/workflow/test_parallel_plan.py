@@ -33,7 +33,7 @@ from trainscale.analysis.parallel_plan import (
     step_terms,
 )
 from trainscale.analysis.parallel_plan_figure import checked, draw_predicted_against_measured
-from trainscale.analysis.parallel_plan_fit import fit_terms
+from trainscale.analysis.parallel_plan_fit import configuration_of, fit_terms
 from trainscale.analysis.parallel_plan_probe import probed_links, with_probed_links
 from trainscale.analysis.parallel_plan_validation import render_validation, validate
 from trainscale.analysis.predict import BACKWARD_SHARE
@@ -145,7 +145,19 @@ def test_the_configurations_split_every_rank_and_say_what_runs_them():
     assert runs_as[2, 2, 1, 3] == ("torch-tp tensor_parallel=2",)
     assert runs_as[1, 4, 1, 0] == ("torch-tp tensor_parallel=4",)
     assert runs_as[1, 1, 4, 0][0].startswith("torch-pipeline")
-    assert runs_as[2, 1, 2, 0] == runs_as[1, 2, 2, 0] == ()  # PP x DP, 3-D: predicted only
+    # PP x DP: torch-pipeline's two pipelines; with ZeRO, or 3-D: predicted only.
+    pp_dp = next(c for c in found if (c.data, c.pipeline, c.shard_stage) == (2, 2, 0))
+    assert pp_dp.runs_as() == (
+        f"torch-pipeline pipeline_stages=2 pipeline_microbatches={pp_dp.microbatches} "
+        f"pipeline_schedule={pp_dp.schedule}",
+    )
+    assert runs_as[2, 1, 2, 1] == runs_as[1, 2, 2, 0] == ()
+    # A record's settings name its configuration back.
+    knobs = {"pipeline_stages": 2, "pipeline_microbatches": 0, "pipeline_schedule": "gpipe"}
+    assert configuration_of("torch-pipeline", 4, knobs) == Configuration(
+        2, 1, 2, 0, 2, schedule="gpipe"
+    )
+    assert configuration_of("torch-pipeline", 4, {}) == Configuration(1, 1, 4, 0, 4)
     # gpt-mini's 4 heads: no 8-way tensor group on 8 GPUs.
     eight = configurations(Cluster(1, 8, 80), Workload("gpt-mini", 128, 1000, 32))
     assert max(c.tensor for c in eight) == 4

@@ -97,10 +97,18 @@ def test_a_pipeline_is_refused_what_torch_would_raise_in_every_rank():
     # 0: one per stage, which splits the global batch of 8 here...
     validate(pipeline(pipeline_microbatches=0))
     # ...and 3 does not.
-    with pytest.raises(SettingsError, match="--pipeline-microbatches 3 does not split the global"):
+    with pytest.raises(SettingsError, match="--pipeline-microbatches 3 does not split a pipeline"):
         validate(pipeline(pipeline_microbatches=3, pipeline_schedule="gpipe"))
     with pytest.raises(SettingsError, match="8 stages, but gpt-mini has 4 blocks to split"):
         validate(dataclasses.replace(pipeline(), gpus_per_node=8))
+    # Two pipelines of 2 stages (PP x DP): each cuts its half of the batch,
+    # 4 sequences, and 1F1B needs 2 microbatches, not 4.
+    validate(pipeline(pipeline_stages=2, pipeline_microbatches=2))
+    with pytest.raises(SettingsError, match="--pipeline-microbatches 8 does not split a pipeline's"
+                       " batch of 4"):  # fmt: skip
+        validate(pipeline(pipeline_stages=2, pipeline_microbatches=8))
+    with pytest.raises(SettingsError, match="--pipeline-stages 3 does not divide the 4 ranks"):
+        validate(pipeline(pipeline_stages=3))
 
 
 # The study config's keys that name a training environment (the schema's).

@@ -56,11 +56,12 @@ from trainscale.analysis.memory_model import (
     rank_parameters,
 )
 from trainscale.analysis.predict import BACKWARD_SHARE
-from trainscale.catalogue.knobs import (
+from trainscale.catalogue.knobs import ZERO_STAGE
+from trainscale.catalogue.model_parallel_knobs import (
     PIPELINE_MICROBATCHES,
     PIPELINE_SCHEDULE,
+    PIPELINE_STAGES,
     TENSOR_PARALLEL,
-    ZERO_STAGE,
 )
 from trainscale.core.gpt import gpt_shape, stage_blocks, stage_training_flops_per_token
 
@@ -151,8 +152,9 @@ class Configuration:
             return {0: (("torch-ddp", {}), zero), 3: (("torch-fsdp", {}), zero)}.get(z, (zero,))
         if p == 1 and (z == 3 or d == 1):  # FSDP2 across the tensor groups
             return (("torch-tp", {TENSOR_PARALLEL.name: t}),)
-        if t == 1 and d == 1:
+        if t == 1 and z == 0:  # DDP across the pipelines
             knobs = {
+                PIPELINE_STAGES.name: p,
                 PIPELINE_MICROBATCHES.name: self.microbatches,
                 PIPELINE_SCHEDULE.name: self.schedule,
             }

@@ -34,11 +34,12 @@ from trainscale.analysis.parallel_plan import (
 )
 from trainscale.analysis.predict import BOOTSTRAP_FITS, PredictError, bootstrap
 from trainscale.analysis.predict_series import read_study_table, study_series
-from trainscale.catalogue.knobs import (
+from trainscale.catalogue.knobs import ZERO_STAGE
+from trainscale.catalogue.model_parallel_knobs import (
     PIPELINE_MICROBATCHES,
     PIPELINE_SCHEDULE,
+    PIPELINE_STAGES,
     TENSOR_PARALLEL,
-    ZERO_STAGE,
 )
 from trainscale.core.gpt import GPT_SHAPES
 from trainscale.core.records import read_record
@@ -244,7 +245,8 @@ def configuration_of(framework: str, ranks: int, s: dict) -> Configuration | Non
         tensor = s.get(TENSOR_PARALLEL.name) or ranks
         return Configuration(ranks // tensor, tensor, 1, 3 if ranks > tensor else 0)
     if framework == "torch-pipeline":
-        microbatches = s.get(PIPELINE_MICROBATCHES.name) or ranks  # 0: one a stage
+        stages = s.get(PIPELINE_STAGES.name) or ranks  # 0: one pipeline of every rank
+        microbatches = s.get(PIPELINE_MICROBATCHES.name) or stages  # 0: one a stage
         schedule = s.get(PIPELINE_SCHEDULE.name, "1f1b")
-        return Configuration(1, 1, ranks, 0, microbatches, schedule=schedule)
+        return Configuration(ranks // stages, 1, stages, 0, microbatches, schedule=schedule)
     return None

@@ -182,69 +182,6 @@ def refused_traffic(why: str) -> Callable[[Mapping], Traffic]:
     return lambda settings: Traffic(refused=why)
 
 
-# Between neighbouring stages, each microbatch's activations forward and
-# their gradients back (batch x tokens x width each), and every stage idles
-# through the schedule's bubble.
-pipeline_traffic = refused_traffic(
-    "torch-pipeline: a step sends activations between neighbouring stages and "
-    "idles in the pipeline's bubble; it moves no gradient over a ring"
-)
-# Twice per block in forward and again in backward, an all-reduce of the
-# activations (batch x tokens x width) within each tp group; gradients only
-# across the dp groups.
-tensor_parallel_traffic = refused_traffic(
-    "torch-tp: a step all-reduces activations within each tensor-parallel "
-    "group, per block; only FSDP2 across the groups moves gradients"
-)
-
-
-def pipeline_microbatches(settings) -> int:
-    """The microbatches a pipeline cuts its global batch into: as set, or one
-    per stage (a rank each) for 0, the fewest 1F1B runs."""
-    return settings.pipeline_microbatches or settings.replicas
-
-
-def pipeline_check(settings) -> str:
-    """Why the pipeline cannot split this run ("" if it can)."""
-    from trainscale.core.gpt import GPT_SHAPES
-
-    s = settings
-    layers = GPT_SHAPES[s.model].layers
-    if s.replicas > layers:
-        return f"{s.replicas} stages, but {s.model} has {layers} blocks to split"
-    microbatches = pipeline_microbatches(s)
-    if s.global_batch_size % microbatches:
-        return (
-            f"--pipeline-microbatches {microbatches} does not split the global "
-            f"batch of {s.global_batch_size}"
-        )
-    if s.pipeline_schedule == "1f1b" and microbatches < s.replicas:
-        # torch 2.13's Schedule1F1B raises "Number of microbatches (2) must be
-        # greater than or equal to the number of stages (4)" in every rank.
-        return (
-            f"--pipeline-microbatches {microbatches}: 1F1B needs one per stage at least "
-            f"({s.replicas} stages); use {s.replicas}, 0 (one per stage) or gpipe"
-        )
-    if s.precision == "fp16":
-        # The schedule runs backward itself: there is no loss to hand a GradScaler.
-        return "--precision fp16: the schedule runs backward without loss scaling; use bf16"
-    return ""
-
-
-def tensor_parallel_check(settings) -> str:
-    """Why the mesh cannot split this run ("" if it can)."""
-    from trainscale.core.gpt import GPT_SHAPES
-
-    s = settings
-    tp = s.tensor_parallel or s.replicas
-    if s.replicas % tp:
-        return f"--tensor-parallel {tp} does not divide the {s.replicas} ranks"
-    heads = GPT_SHAPES[s.model].heads
-    if heads % tp:
-        return f"--tensor-parallel {tp} does not divide {s.model}'s {heads} heads"
-    return fsdp_refuses_channels_last(s)
-
-
 # In table order: each ecosystem's baseline first.
 
 PS_KNOBS = (
@@ -341,43 +278,6 @@ DEEPSPEED_KNOBS = (
         group="memory",
     ),
 )
-
-
-PIPELINE_SCHEDULE = Setting(
-    "pipeline_schedule",
-    str,
-    "1f1b",
-    "torch-pipeline: gpipe (every microbatch's forward, then every backward) or "
-    "1f1b (one forward, one backward in the steady state: fewer live activations)",
-    choices=("gpipe", "1f1b"),
-    axis=True,
-    group="model parallelism",
-)
-
-PIPELINE_MICROBATCHES = Setting(
-    "pipeline_microbatches",
-    int,
-    4,
-    "torch-pipeline: microbatches the global batch is cut into (more: a smaller "
-    "bubble, smaller matrix products; 0: one per stage)",
-    minimum=0,
-    axis=True,
-    group="model parallelism",
-)
-PIPELINE_KNOBS = (PIPELINE_SCHEDULE, PIPELINE_MICROBATCHES)
-
-
-TENSOR_PARALLEL = Setting(
-    "tensor_parallel",
-    int,
-    0,
-    "torch-tp: ranks in each tensor-parallel group (the mesh is replicas/N x N, "
-    "FSDP2 across the groups); 0: every rank in one group",
-    minimum=0,
-    axis=True,
-    group="model parallelism",
-)
-TENSOR_PARALLEL_KNOBS = (TENSOR_PARALLEL,)
 
 
 # Its workers run torch-ddp's step: DDP's knobs are its knobs too.

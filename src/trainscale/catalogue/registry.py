@@ -30,19 +30,13 @@ from trainscale.catalogue.knobs import (
     FSDP_KNOBS,
     HOROVOD_KNOBS,
     MULTIWORKER_KNOBS,
-    PIPELINE_KNOBS,
     PS_KNOBS,
     RAY_KNOBS,
-    TENSOR_PARALLEL_KNOBS,
     ddp_traffic,
     deepspeed_fp16_needs_a_gpu,
     fsdp_refuses_channels_last,
     fsdp_traffic,
     horovod_traffic,
-    pipeline_check,
-    pipeline_traffic,
-    tensor_parallel_check,
-    tensor_parallel_traffic,
     zero_traffic,
 )
 from trainscale.catalogue.launch_kinds import (
@@ -52,6 +46,14 @@ from trainscale.catalogue.launch_kinds import (
     ONE_PROCESS,
     RAY,
     TORCHRUN,
+)
+from trainscale.catalogue.model_parallel_knobs import (
+    PIPELINE_KNOBS,
+    TENSOR_PARALLEL_KNOBS,
+    pipeline_check,
+    pipeline_traffic,
+    tensor_parallel_check,
+    tensor_parallel_traffic,
 )
 from trainscale.catalogue.parameter_server_kind import PARAMETER_SERVERS
 from trainscale.catalogue.traffic import no_traffic, parameter_server_traffic
