@@ -109,6 +109,19 @@ def test_each_term_is_the_algorithm_it_models():
     assert inside["data"] == pytest.approx(2 * 7 / 8 * gradient / 450e9)
     # ZeRO-3 moves 3 passes to the all-reduce's 2; overlap hides up to its share of backward.
     assert terms(Configuration(32, 1, 1, 3))["data"] == pytest.approx(1.5 * ddp["data"])
+    # Over gloo a reduce-scatter is an all-reduce: ZeRO-1's bf16 gradient in
+    # 3 passes (NCCL: 2), ZeRO-3's fp32 one in 4 (NCCL: 3); DDP's unchanged.
+    gloo = dataclasses.replace(H100_NODES, collectives="gloo")
+    for stage, nccl, over_gloo in ((0, 1, 1), (1, 0.5, 0.75), (3, 1.5, 2)):
+        config = Configuration(32, 1, 1, stage)
+        assert terms(config)["data"] == pytest.approx(nccl * ddp["data"])
+        assert step_terms(config, gloo, XL, H100_TERMS)["data"] == pytest.approx(
+            over_gloo * ddp["data"]
+        )
+    # ZeRO-3's calls per unit (48 blocks and the root), 3 each, of 31 ring steps.
+    zero3 = Configuration(32, 1, 1, 3)
+    called = terms(zero3, dataclasses.replace(H100_TERMS, shard_call_s=1e-6))["data"]
+    assert called - terms(zero3)["data"] == pytest.approx(3 * 49 * 31 * 1e-6)
     hidden = terms(Configuration(32, 1, 1, 0), dataclasses.replace(H100_TERMS, overlap=0.5))
     assert hidden["data"] == pytest.approx(ddp["data"] - 0.5 * BACKWARD_SHARE * ddp["compute"])
     # Checkpointing: a second forward, 8N for 6N.
@@ -273,11 +286,12 @@ def test_the_links_come_from_the_probes_records_where_the_study_fits_none(capsys
 # ring step and nothing hidden, and torch-tp on 2 ranks whose all-reduces
 # cost 300 µs each besides.
 TRUE_FLOPS, TRUE_GB_PER_S, TRUE_LATENCY, TRUE_TENSOR_CALL = 2e10, 2.0, 50e-6, 300e-6
+TRUE_SHARD_CALL = 8e-3  # its calls a third of the FSDP2 step, as on the lab
 MINI = Workload("gpt-mini", 128, 1000, global_batch=8, precision="fp32")
 MINI_4 = dataclasses.replace(MINI, global_batch=4)
 
 
-def _made_study(folder) -> str:
+def _made_study(folder, fsdp: bool = False) -> str:
     rng = np.random.default_rng(0)
     per_sequence = training_flops_per_token("gpt-mini", 128, 1000) * 128
     gradient = 4 * parameter_count("gpt-mini", 128, 1000)
@@ -289,19 +303,24 @@ def _made_study(folder) -> str:
         TRUE_LATENCY,
         TRUE_LATENCY,
         tensor_call_s=TRUE_TENSOR_CALL,
+        shard_call_s=TRUE_SHARD_CALL,
     )
     tensor = Configuration(1, 2, 1, 0)  # 2 sequences a rank: a global batch of 4
     tensor_step = sum(step_terms(tensor, Cluster(1, 2, 16), MINI_4, true).values())
+    # FSDP2 over gloo (the records' device is the CPU): 4 passes, and its calls.
+    sharded = Configuration(2, 1, 1, 3)
+    sharded_step = sum(step_terms(sharded, Cluster(1, 2, 16, "gloo"), MINI_4, true).values())
     for framework, gpus in (
         ("torch-single", 1),
         ("torch-ddp", 1),
         ("torch-ddp", 2),
         ("torch-ddp", 4),
         ("torch-tp", 2),
+        *((("torch-fsdp", 2),) if fsdp else ()),
     ):
         compute = 2 * per_sequence / TRUE_FLOPS  # 2 sequences a replica
         ring = 2 * (gpus - 1) * (gradient / gpus / (TRUE_GB_PER_S * 1e9) + TRUE_LATENCY)
-        step = tensor_step if framework == "torch-tp" else compute + ring
+        step = {"torch-tp": tensor_step, "torch-fsdp": sharded_step}.get(framework, compute + ring)
         samples = gpus * 2 / step * (1 + 0.002 * rng.standard_normal(4))
         settings = {
             "model": "gpt-mini",
@@ -363,6 +382,7 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     assert terms.tensor_call_s == pytest.approx(TRUE_TENSOR_CALL, rel=0.1)
     assert fitted.labels["tensor_call_s"] == "fitted: the excess of 1 measured run(s) over the rest"
     assert "send_s" not in fitted.labels  # no pipeline run: it stays assumed
+    assert "shard_call_s" not in fitted.labels  # nor a ZeRO-3 or FSDP2 one
     # The measured DDP cells, predicted back with their band.
     node = Cluster(1, 4, 16)
     for measured in fitted.measured:
@@ -379,6 +399,15 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     figure = tmp_path / "predicted_vs_measured.png"
     draw_predicted_against_measured(pairs, str(figure))
     assert plt.imread(figure).shape[:2] == (624, 768)  # 6.4 x 5.2 inches at 120 dpi
+
+
+def test_a_sharded_schemes_own_cost_is_fitted_to_its_runs_over_gloo(tmp_path):
+    assumed = StepTerms(1.0, intra_gb_per_s=100, inter_gb_per_s=10)
+    fitted = fit_terms(_made_study(tmp_path, fsdp=True), MINI, assumed)
+    assert fitted.terms.shard_call_s == pytest.approx(TRUE_SHARD_CALL, rel=0.1)
+    assert fitted.labels["shard_call_s"] == "fitted: the excess of 1 measured run(s) over the rest"
+    (fsdp,) = [m for m in fitted.measured if m.framework == "torch-fsdp"]
+    assert fsdp.cluster.collectives == "gloo" and fsdp.configuration.name == "dp2 tp1 pp1 zero3"
 
 
 def test_each_scheme_is_held_out_and_the_regret_is_taken_where_two_compete(tmp_path):

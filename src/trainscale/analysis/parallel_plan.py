@@ -23,9 +23,12 @@ The step time is the sum of terms, each the algorithm the backend runs:
 - the data-parallel exchange: a ring over the d replicas moves 2(d-1)/d of
   the gradient's bytes (an all-reduce, or ZeRO-1/2's reduce-scatter and
   all-gather), 3(d-1)/d under ZeRO-3 and FSDP2 (Rajbhandari et al., §7),
-  over a node's links when the replicas fit in one, else the network; it
-  hides behind up to `overlap` of the backward pass (as `trainscale
-  predict`'s step model has it);
+  (d-1)/d more over gloo, whose reduce-scatter is an all-reduce, over a
+  node's links when the replicas fit in one, else the network; ZeRO-3 and
+  FSDP2 call their collectives per unit (each block, and the root), and
+  each call's ring steps pay their own cost besides; it hides behind up
+  to `overlap` of the backward pass (as `trainscale predict`'s step model
+  has it);
 - tensor parallelism: each block all-reduces its activations twice in
   forward and twice in backward (three times with checkpointing's second
   forward), over the node's links (Shoeybi et al. 2019);
@@ -78,6 +81,10 @@ class Cluster:
     nodes: int
     gpus_per_node: int
     device_memory_gib: float
+    # The collective library: NCCL reduce-scatters; gloo has none, and
+    # PyTorch's FSDP2 and DeepSpeed all-reduce the whole gradient in its place
+    # (a CPU record's collectives_per_step: gloo:all_reduce of every element).
+    collectives: str = "nccl"
 
     @property
     def devices(self) -> int:
@@ -114,6 +121,9 @@ class StepTerms:
     # bookkeeping): per tensor-parallel all-reduce, per pipeline send.
     tensor_call_s: float = 0.0
     send_s: float = 0.0
+    # ZeRO-3's and FSDP2's calls per unit (a block, or the root): gather in
+    # forward, again in backward, reduce; each of d - 1 ring steps costs this.
+    shard_call_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -311,8 +321,13 @@ def step_terms(
         held = rank_parameters(w.model, w.seq_len, w.vocabulary, config.tensor, slowest, p)
         grad_bytes = held * (BYTES[w.precision] if config.shard_stage in (1, 2) else 4)
         passes = 3 if config.shard_stage == 3 else 2
+        if config.shard_stage and cluster.collectives == "gloo":
+            passes += 1  # its reduce-scatter is an all-reduce: two passes, not one
         across = config.tensor * config.data > cluster.gpus_per_node
         exchange = passes / 2 * _ring(config.data, grad_bytes, terms, across)
+        if config.shard_stage == 3:
+            units = len(stage_blocks(shape.layers, slowest, p)) + 1
+            exchange += 3 * units * (config.data - 1) * terms.shard_call_s
         data = max(0.0, exchange - terms.overlap * BACKWARD_SHARE * compute)
     sends = 0.0
     if p > 1:

@@ -180,6 +180,7 @@ def fit_terms_to(
 SCHEME_TERMS = {
     "tensor_call_s": lambda config: config.tensor > 1,
     "send_s": lambda config: config.pipeline > 1,
+    "shard_call_s": lambda config: config.shard_stage == 3 and config.data > 1,
 }
 
 
@@ -208,7 +209,8 @@ def measured_configurations(rows: pd.DataFrame, records: dict) -> tuple[Measured
         config = configuration_of(row["framework"], ranks, s)
         if config is None or ranks < 2:
             continue
-        shape = Cluster(int(row["nodes"]), int(row["gpus_per_node"]), float("inf"))
+        library = "gloo" if s.get("device") == "cpu" else "nccl"
+        shape = Cluster(int(row["nodes"]), int(row["gpus_per_node"]), float("inf"), library)
         samples = record["images_per_sec"].get("samples") or []
         tokens = tuple(s["seq_len"] * float(x) for x in samples)
         workload = workload_of(s, ranks)

@@ -25,8 +25,9 @@ TERM_TEXT = {
     "overlap": ("share of the backward pass the data-parallel exchange hides behind", "--overlap"),
     "tensor_call_s": ("a tensor-parallel all-reduce's own cost, µs", "none, no flag"),
     "send_s": ("a pipeline send's own cost, µs", "none, no flag"),
+    "shard_call_s": ("a ZeRO-3 or FSDP2 call's own cost per ring step, µs", "none, no flag"),
 }
-MICRO = ("intra_latency_s", "inter_latency_s", "tensor_call_s", "send_s")
+MICRO = ("intra_latency_s", "inter_latency_s", "tensor_call_s", "send_s", "shard_call_s")
 SCALE = {"flops_per_sec": 1e-12, **dict.fromkeys(MICRO, 1e6)}
 
 
@@ -61,6 +62,8 @@ def plan_parser(commands) -> None:
     p.add_argument("--intra-gb-per-s", type=float, help="assumed bus bandwidth in a node")
     p.add_argument("--inter-gb-per-s", type=float, help="assumed network share of a device")
     p.add_argument("--overlap", type=float, default=0.0, help="assumed (none)")
+    libraries = ("nccl", "gloo")  # gloo: CPUs, whose reduce-scatter is an all-reduce
+    p.add_argument("--collectives", choices=libraries, default="nccl", help="default nccl")
     p.add_argument("--probe", nargs="+", metavar="JSON", help="trainscale probe records: the links")
     p.add_argument(
         "--reserved-gib",
@@ -114,7 +117,7 @@ def cluster_of(args, system: dict):
         "device_memory_gib": args.device_memory_gib or system.get("device_memory_gib"),
     }
     _require_positive(values)
-    return Cluster(**values)
+    return Cluster(**values, collectives=args.collectives)
 
 
 def _require_positive(values: dict) -> None:
