@@ -23,6 +23,7 @@ from trainscale.analysis.parallel_plan import (
     Cluster,
     Configuration,
     MemoryBudget,
+    Prediction,
     StepTerms,
     Workload,
     configurations,
@@ -383,6 +384,9 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     assert fitted.labels["tensor_call_s"] == "fitted: the excess of 1 measured run(s) over the rest"
     assert "send_s" not in fitted.labels  # no pipeline run: it stays assumed
     assert "shard_call_s" not in fitted.labels  # nor a ZeRO-3 or FSDP2 one
+    # The model misses the measured runs by the records' 0.2 % noise only.
+    assert 0 < terms.model_error < 0.01
+    assert fitted.labels["model_error"] == "fitted: the RMS error over 3 measured run(s)"
     # The measured DDP cells, predicted back with their band.
     node = Cluster(1, 4, 16)
     for measured in fitted.measured:
@@ -399,6 +403,15 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     figure = tmp_path / "predicted_vs_measured.png"
     draw_predicted_against_measured(pairs, str(figure))
     assert plt.imread(figure).shape[:2] == (624, 768)  # 6.4 x 5.2 inches at 120 dpi
+
+
+def test_the_models_own_error_widens_every_band():
+    config = Configuration(2, 1, 1, 0)
+    rates = tuple(np.linspace(99.0, 101.0, 201))
+    tight = Prediction(config, {}, {"compute": 1.0}, True, 100, rates)
+    wide = dataclasses.replace(tight, model_error=0.1)
+    assert tight.band == pytest.approx((99.05, 100.95))
+    assert wide.band == pytest.approx((99.05 * (1 - 0.196), 100.95 * 1.196))
 
 
 def test_a_sharded_schemes_own_cost_is_fitted_to_its_runs_over_gloo(tmp_path):

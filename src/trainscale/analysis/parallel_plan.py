@@ -124,6 +124,11 @@ class StepTerms:
     # ZeRO-3's and FSDP2's calls per unit (a block, or the root): gather in
     # forward, again in backward, reduce; each of d - 1 ring steps costs this.
     shard_call_s: float = 0.0
+    # The model's own relative error (RMS) over the study's runs it was
+    # fitted to: the refits' spread says how well the records pin the terms
+    # down, this how far the model's sum of terms misses a run; it widens
+    # every band (a prediction interval, not a fit's confidence interval).
+    model_error: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -188,14 +193,17 @@ class Prediction:
     tokens_per_step: int
     # Tokens/sec with each refit of the terms (none where they were assumed).
     draw_rates: tuple[float, ...] = ()
+    model_error: float = 0.0  # StepTerms.model_error
 
     @property
     def band(self) -> tuple[float, float] | None:
-        """The 95 % band of the refits' tokens/sec; None where there are none."""
+        """The 95 % band: the refits' tokens/sec, widened by 1.96 of the
+        model's own error each way; None where there are no refits."""
         if not self.draw_rates:
             return None
         low, high = np.percentile(self.draw_rates, [2.5, 97.5])
-        return float(low), float(high)
+        wide = 1.96 * self.model_error
+        return float(low) * max(0.0, 1 - wide), float(high) * (1 + wide)
 
     @property
     def step_seconds(self) -> float:
@@ -367,7 +375,8 @@ def plan_one(
     seconds = step_terms(config, cluster, workload, terms)
     rates = tuple(tokens / sum(step_terms(config, cluster, workload, d).values()) for d in draws)
     usable = (1 - budget.headroom) * cluster.device_memory_gib * 2**30
-    return Prediction(config, held, seconds, sum(held.values()) <= usable, tokens, rates)
+    fits = sum(held.values()) <= usable
+    return Prediction(config, held, seconds, fits, tokens, rates, terms.model_error)
 
 
 def plan(

@@ -173,7 +173,23 @@ def fit_terms_to(
                 dataclasses.replace(d, **{term: _scheme_term(term, cells, d, rng)}) for d in draws
             ]
             labels[term] = f"fitted: the excess of {len(cells)} measured run(s) over the rest"
+    if measured:
+        error = model_error(measured, point)
+        point = dataclasses.replace(point, model_error=error)
+        draws = [dataclasses.replace(d, model_error=error) for d in draws]
+        labels["model_error"] = f"fitted: the RMS error over {len(measured)} measured run(s)"
     return FittedTerms(point, tuple(draws), labels, measured)
+
+
+def model_error(measured, terms: StepTerms) -> float:
+    """The relative RMS error of `terms`' predictions of the measured runs
+    (each on its own cluster shape) against their tokens/sec."""
+    errors = [
+        m.step_seconds() / sum(step_terms(m.configuration, m.cluster, m.workload, terms).values())
+        - 1
+        for m in measured
+    ]
+    return float(np.sqrt(np.mean(np.square(errors))))
 
 
 # The terms a scheme's own runs fit, and which configurations use each.
