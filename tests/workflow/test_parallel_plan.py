@@ -402,7 +402,7 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     assert [abs(pair.error_percent) < 2 and pair.inside_band for pair in pairs] == [True] * 3
     figure = tmp_path / "predicted_vs_measured.png"
     draw_predicted_against_measured(pairs, str(figure))
-    assert plt.imread(figure).shape[:2] == (624, 768)  # 6.4 x 5.2 inches at 120 dpi
+    assert plt.imread(figure).shape[:2] == (624, 1152)  # 9.6 x 5.2 inches at 120 dpi
 
 
 def test_the_models_own_error_widens_every_band():

@@ -41,24 +41,35 @@ def checked(measured: list[Measured], terms, draws) -> list[Checked]:
 
 def draw_predicted_against_measured(pairs: list[Checked], path: str) -> None:
     """The figure, to `path` (PNG): measured on x, predicted on y, both in
-    tokens/sec on log axes, each point labelled with its configuration."""
+    tokens/sec on log axes; a colour and a marker for each framework as it
+    ran (its knobs too), each point labelled with its configuration and error."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(6.4, 5.2))
+    figure, axes = plt.subplots(figsize=(9.6, 5.2))
+    figure.subplots_adjust(left=0.09, right=0.58, top=0.92, bottom=0.1)  # the legend at the right
+    ran = sorted({pair.measured.framework for pair in pairs})
     rates = []
     for pair in pairs:
         x, y = pair.measured.tokens_per_sec, pair.predicted.tokens_per_sec
         band = pair.predicted.band
-        # No band (every term assumed): the point alone, hollow.
-        error = None if band is None else [[y - band[0]], [band[1] - y]]
-        face = "none" if band is None else "tab:blue"
-        axes.errorbar(x, y, yerr=error, fmt="o", mfc=face, mec="tab:blue", ecolor="tab:blue")
-        ran = f"{pair.measured.framework}: " if pair.measured.framework else ""
-        label = f"{ran}{pair.measured.configuration.name} ({pair.error_percent:+.0f} %)"
-        axes.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        index = ran.index(pair.measured.framework)
+        colour, marker = plt.get_cmap("tab10")(index % 10), "osD^v<>ph*"[index % 10]
+        first = pair is next(p for p in pairs if p.measured.framework == pair.measured.framework)
+        axes.errorbar(
+            x,
+            y,
+            # No band (every term assumed): the point alone, hollow.
+            yerr=None if band is None else [[y - band[0]], [band[1] - y]],
+            fmt=marker,
+            color=colour,
+            mfc="none" if band is None else colour,
+            label=(pair.measured.framework or "measured") if first else None,
+        )
+        label = f"{pair.measured.configuration.name} ({pair.error_percent:+.0f} %)"
+        axes.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=6.5)
         rates += [x, y, *(band or ())]
     low, high = min(rates) / 1.5, max(rates) * 1.5
     axes.plot([low, high], [low, high], color="grey", linewidth=0.8, label="predicted = measured")
@@ -66,7 +77,6 @@ def draw_predicted_against_measured(pairs: list[Checked], path: str) -> None:
     axes.set_xlabel("measured tokens/sec")
     axes.set_ylabel("predicted tokens/sec (95 % band)")
     axes.set_title("The plan against what the study measured")
-    axes.legend(loc="upper left", fontsize=8)
-    figure.tight_layout()
+    axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     figure.savefig(path, dpi=120)
     plt.close(figure)
