@@ -15,7 +15,6 @@ from conftest import REPO, copy_repository, load_yaml, snakemake
 
 from trainscale.analysis.memory_model import (
     activation_bytes,
-    model_state_bytes,
     peak_tensor_bytes,
     rank_parameters,
 )
@@ -27,7 +26,6 @@ from trainscale.analysis.parallel_plan import (
     StepTerms,
     Workload,
     configurations,
-    memory,
     plan,
     plan_one,
     stage_flops_per_token,
@@ -35,6 +33,7 @@ from trainscale.analysis.parallel_plan import (
 )
 from trainscale.analysis.parallel_plan_figure import checked, draw_predicted_against_measured
 from trainscale.analysis.parallel_plan_fit import configuration_of, fit_terms
+from trainscale.analysis.parallel_plan_memory import memory
 from trainscale.analysis.parallel_plan_probe import probed_links, with_probed_links
 from trainscale.analysis.parallel_plan_validation import render_validation, validate
 from trainscale.analysis.predict import BACKWARD_SHARE
@@ -56,7 +55,8 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     w = Workload("gpt-mini", 128, 1000, global_batch=32, precision="fp32")
     ddp = memory(Configuration(4, 1, 1, 0), w, NO_RUNTIME)
     # The model's count, and DDP's buckets: a second copy of the gradients.
-    assert ddp["buffers"] == ddp["gradients"] == 4 * parameter_count("gpt-mini", 128, 1000)
+    gradient = 4 * parameter_count("gpt-mini", 128, 1000)
+    assert ddp["buffers"] == gradient
     assert sum(ddp.values()) - ddp["buffers"] == peak_tensor_bytes("gpt-mini", 8, 128, 1000)
     # DeepSpeed's ZeRO-1 holds its reduce bucket whole (the declared default
     # unless the run's knobs say otherwise), in the weights' 16-bit type.
@@ -74,16 +74,34 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     assert zero3["gathered"] == 2 * 4 * 12 * width * width
     assert zero3["activations"] == ddp["activations"]
     # A pipeline's fullest stage: 1F1B's stage s keeps p - s microbatches in
-    # flight, GPipe's all m; the last stage holds the head and the loss.
+    # flight, GPipe's all m; the last stage holds the head and the loss, and
+    # the schedule's outputs of all 8 microbatches.
     for schedule, in_flight in (("1f1b", (2, 1)), ("gpipe", (8, 8))):
         config = Configuration(1, 1, 2, 0, microbatches=8, schedule=schedule)
         held = memory(config, w, NO_RUNTIME)
         totals = [
-            sum(model_state_bytes(rank_parameters("gpt-mini", 128, 1000, 1, s, 2)).values())
-            + in_flight[s] * activation_bytes("gpt-mini", 4, 128, 1000, stage=s, stages=2)
+            peak_tensor_bytes(
+                "gpt-mini", 32, 128, 1000, stage=s, stages=2, microbatches=8, schedule=schedule
+            )  # fmt: skip
             for s in (0, 1)
         ]
         assert sum(held.values()) == max(totals), schedule
+        kept = in_flight[1] * activation_bytes("gpt-mini", 4, 128, 1000, stage=1, stages=2)
+        assert held["activations"] == kept and held["outputs"] == 8 * 4 * 128 * 1000 * 4
+    # The peak is the loss's backward here: every activation, the logits
+    # (fp32) held and two more of their size, no gradient yet (zero_grad
+    # sets them to None).
+    assert ddp["gradients"] == zero3["gradients"] == 0
+    assert ddp["transients"] == zero3["transients"] == 3 * 8 * 128 * 1000 * 4
+    # With short sequences it is the optimizer's update: every gradient,
+    # the activations freed, the logits held and Adam's temporary over the
+    # parameters a rank updates (its shard under ZeRO-3).
+    short = Workload("gpt-mini", 16, 1000, global_batch=4, precision="fp32")
+    logits = 1 * 16 * 1000 * 4
+    for stage, shards in ((0, 1), (3, 4)):
+        held = memory(Configuration(4, 1, 1, stage), short, NO_RUNTIME)
+        assert held["activations"] == 0 and held["gradients"] > 0
+        assert held["transients"] == 4 * parameter_count("gpt-mini", 16, 1000) / shards + logits
 
 
 def test_the_stages_flops_add_up_to_the_models():
@@ -227,6 +245,10 @@ def test_the_command_plans_a_system_of_a_study_and_labels_what_it_assumed(capsys
         "node9-v100",
         "--precision",
         "fp16",
+        # 16 sequences of 1024 tokens a rank: 512 would hold 13 GB of logits
+        # (50257 a token, fp32), three times over in the loss's backward.
+        "--global-batch",
+        "128",
     ]
     assert main(args) == 2
     assert "no positive --intra-gb-per-s, --inter-gb-per-s" in capsys.readouterr().err
@@ -266,6 +288,7 @@ def test_the_links_come_from_the_probes_records_where_the_study_fits_none(capsys
     inter = _probe_record(tmp_path, "inter-node", 12e9, 40e-6)
     args = ["plan", "--model", "gpt2-small", "--nodes", "2", "--gpus-per-node", "4"]
     args += ["--device", "V100", "--device-memory-gib", "32", "--precision", "fp16"]
+    args += ["--global-batch", "128"]  # 512 would not fit: its logits alone
     assert main([*args, "--probe", intra, inter]) == 0
     out = capsys.readouterr().out
     assert "bus bandwidth between a node's devices, GB/s: 90, probed: torch-gloo" in out

@@ -36,8 +36,9 @@ STATES = ("parameters", "gradients", "optimizer")
 def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
     """A row per ok run of the tidy table (its `record` column a path this
     process can open) whose record counted its live tensor bytes."""
-    from trainscale.analysis.parallel_plan import MemoryBudget, memory
+    from trainscale.analysis.parallel_plan import MemoryBudget
     from trainscale.analysis.parallel_plan_fit import configuration_of, workload_of
+    from trainscale.analysis.parallel_plan_memory import memory
     from trainscale.analysis.tidy import series_label
     from trainscale.core.records import read_record
 

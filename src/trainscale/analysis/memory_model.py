@@ -27,6 +27,16 @@ stream stay in fp32, each projection casts the norm's output to 16 bits
 anew (three copies for q, k and v), and the 16-bit copies of the weights are
 kept for backward too. With activation checkpointing a block keeps its
 input only (and recomputes the rest in backward, one block at a time).
+
+A step's peak is one of two moments (peak_phase), as torch's memory
+timeline shows them (the sharding study's live tensor bytes): the loss's
+backward, with every activation kept, the logits the step holds and two
+more tensors of their size (the gradients of log-softmax's output and of the
+logits), and no parameter gradient yet (zero_grad sets them to None); or
+the optimizer's update, the activations freed, every gradient there, the
+logits still held and, for Adam (torch's foreach implementation), a
+temporary the size of the parameters a rank updates (the square root of the
+second moment).
 """
 
 from __future__ import annotations
@@ -233,13 +243,35 @@ def peak_tensor_bytes(
     stage holds at most in a step (no ZeRO or FSDP2 split): its weights,
     gradients and optimizer states, and every activation it keeps until the
     backward pass, for as many microbatches as its schedule keeps in flight
-    (`batch` sequences a rank a step, cut into `microbatches`). An upper
-    bound: backward frees a block's activations as its gradients arrive."""
+    (`batch` sequences a rank a step, cut into `microbatches`), at the
+    larger of its two peaks (peak_phase), with a pipeline's last stage's
+    kept outputs."""
     parameters = rank_parameters(model, seq_len, vocabulary, tensor_ranks, stage, stages)
-    states = sum(model_state_bytes(parameters, optimizer).values())
+    states = model_state_bytes(parameters, optimizer)
     microbatch = batch // microbatches
     kept = activation_bytes(
         model, microbatch, seq_len, vocabulary, precision, checkpointing, stage, stages,
         tensor_ranks,
     )  # fmt: skip
-    return int(states + kept * microbatches_in_flight(schedule, microbatches, stage, stages))
+    kept *= microbatches_in_flight(schedule, microbatches, stage, stages)
+    logits = logits_bytes(microbatch * seq_len, vocabulary) if stage == stages - 1 else 0
+    outputs = microbatches * logits if stages > 1 else 0
+    return int(sum(peak_phase(states, kept, logits, parameters, optimizer).values()) + outputs)
+
+
+def peak_phase(
+    states: dict, activations: float, logits: int, parameters_updated: float, optimizer: str
+) -> dict[str, float]:
+    """What a rank holds at its step's peak, by kind (states: model_state_bytes'),
+    the larger of the loss's backward and the optimizer's update (the
+    module's docstring); `logits`: their bytes on this rank (0 on a pipeline
+    stage without the head), `parameters_updated`: those its optimizer updates."""
+    backward = {**states, "gradients": 0.0, "activations": activations, "transients": 3 * logits}
+    temporary = BYTES["fp32"] * parameters_updated if optimizer == "adam" else 0
+    update = {**states, "activations": 0.0, "transients": temporary + logits}
+    return max(backward, update, key=lambda phase: sum(phase.values()))
+
+
+def logits_bytes(tokens: int, vocabulary: int) -> int:
+    """A (micro)batch's logits as the loss reads them: fp32 (the step's .float())."""
+    return BYTES["fp32"] * tokens * vocabulary

@@ -44,20 +44,12 @@ other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from trainscale.analysis.memory_model import (
-    BYTES,
-    activation_bytes,
-    block_linear_weights,
-    buffer_bytes,
-    microbatches_in_flight,
-    model_state_bytes,
-    rank_parameters,
-)
+from trainscale.analysis.memory_model import BYTES, rank_parameters
+from trainscale.analysis.parallel_plan_memory import memory
 from trainscale.analysis.predict import BACKWARD_SHARE
 from trainscale.catalogue.knobs import ZERO_STAGE
 from trainscale.catalogue.model_parallel_knobs import (
@@ -242,61 +234,6 @@ def configurations(cluster: Cluster, workload: Workload) -> list[Configuration]:
 
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
-
-
-def memory(
-    config: Configuration,
-    workload: Workload,
-    budget: MemoryBudget,
-    framework: str | None = None,
-    knobs: Mapping = {},
-) -> dict[str, float]:
-    """Bytes one rank holds at most, at its pipeline's fullest stage: model
-    states (DeepSpeed below ZeRO-3 keeps 16-bit weights and an fp32 master;
-    the others fp32 weights under autocast), activations, ZeRO-3's gathered
-    blocks (the one computing and the one prefetched), the framework's own
-    buffers (memory_model.buffer_bytes: `framework`, else the first that
-    runs the configuration, with a run's `knobs`) and the runtime's own."""
-    w = workload
-    runs = config.frameworks()
-    framework = framework or (runs[0][0] if runs else "")
-    weights = w.precision if config.shard_stage in (1, 2) else "fp32"
-    microbatch = w.global_batch // (config.data * config.microbatches)
-    worst: dict[str, float] = {}
-    for stage in range(config.pipeline):
-        held = rank_parameters(
-            w.model, w.seq_len, w.vocabulary, config.tensor, stage, config.pipeline
-        )
-        states = model_state_bytes(held, w.optimizer, weights, config.data, config.shard_stage)
-        kept = activation_bytes(
-            w.model,
-            microbatch,
-            w.seq_len,
-            w.vocabulary,
-            w.precision,
-            config.checkpointing,
-            stage,
-            config.pipeline,
-            config.tensor,
-        )
-        in_flight = microbatches_in_flight(
-            config.schedule, config.microbatches, stage, config.pipeline
-        )
-        held_bytes = {
-            **states,
-            "activations": kept * in_flight,
-            "gathered": _gathered_bytes(config, w) if config.shard_stage == 3 else 0.0,
-            "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
-            "reserved": budget.reserved_gib * 2**30,
-        }
-        if sum(held_bytes.values()) > sum(worst.values()):
-            worst = held_bytes
-    return worst
-
-
-def _gathered_bytes(config: Configuration, workload: Workload) -> float:
-    block = block_linear_weights(gpt_shape(workload.model), config.tensor)
-    return 2 * BYTES["fp32"] * block
 
 
 def stage_flops_per_token(workload: Workload, stage: int, stages: int) -> int:
