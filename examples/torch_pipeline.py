@@ -6,15 +6,20 @@ whole model on every rank and keep this rank's stage (a run of blocks; the
 embeddings on the first stage, the norm and head on the last), wrap it in a
 PipelineStage, and let a schedule (GPipe, or 1F1B) run each step's
 microbatches through the stages, sending activations forward and their
-gradients back. The first stage is fed the whole global batch, the last
-computes the loss. One process per GPU and stage, started by torchrun:
+gradients back. The first stage is fed its pipeline's batch, the last
+computes the loss. With --stages below the ranks, pipelines run side by side
+(a pp x dp device mesh, as torchtitan builds it), each on its share of the
+global batch, each stage replicated over the other pipelines' same stage:
+their gradients all-reduced once a step. One process per GPU and stage,
+started by torchrun:
 
     torchrun --nproc-per-node=4 torch_pipeline.py --text FILE
+    torchrun --nproc-per-node=4 torch_pipeline.py --text FILE --stages 2   # 2 pipelines
     torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d \
         --rdzv-endpoint=node1:29500 torch_pipeline.py --text FILE   # on each node
 
 concepts: process group, rank and size, device pinning, pipeline stages,
-microbatch schedule
+microbatch schedule, device mesh, cross-replica reduction
 """
 
 import argparse
@@ -27,6 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed._composable.replicate_with_fsdp import replicate
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.utils.data import DataLoader, Dataset
 
@@ -55,7 +62,8 @@ def parse_args():
     parser.add_argument("--learning-rate", type=float, default=0.001)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b")
-    parser.add_argument("--microbatches", type=int, default=4, help="per step, per global batch")
+    parser.add_argument("--microbatches", type=int, default=4, help="per step, per pipeline")
+    parser.add_argument("--stages", type=int, default=0, help="a pipeline's; 0: every rank")
     return parser.parse_args()
 
 
@@ -169,21 +177,25 @@ def keep_stage(model, stage, stages):
     return model
 
 
-def batches(args, device):
-    """(inputs, targets) of the global batch on the device, one pair per step, for ever."""
-    global_batch = args.batch_size * dist.get_world_size()  # every stage draws all of it
+def batches(args, device, pipeline, pipelines):
+    """(inputs, targets) of this pipeline's share of the global batch on the
+    device, one pair per step, for ever."""
+    global_batch = args.batch_size * dist.get_world_size()
+    share = global_batch // pipelines  # every stage of a pipeline draws all of its share
     if args.synthetic:
-        inputs, targets = synthetic_batch(0, global_batch, args.seq_len, args.vocab_size, args.seed)
+        first = pipeline * share
+        inputs, targets = synthetic_batch(first, share, args.seq_len, args.vocab_size, args.seed)
         while True:
             yield inputs.to(device), targets.to(device)
-    order = torch.Generator().manual_seed(args.seed)  # the same shuffle on every stage
+    order = torch.Generator().manual_seed(args.seed)  # the same shuffle on every rank
     loader = DataLoader(
         TextWindows(args.text, args.seq_len), batch_size=global_batch, shuffle=True,
         drop_last=True, generator=order,
     )  # fmt: skip
     for _ in itertools.count():
         for inputs, targets in loader:
-            yield inputs.to(device), targets.to(device)
+            mine = slice(pipeline * share, (pipeline + 1) * share)
+            yield inputs[mine].to(device), targets[mine].to(device)
 
 
 def make_optimizer(args, model):
@@ -199,20 +211,27 @@ def main():
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    stage, stages = dist.get_rank(), dist.get_world_size()  # one stage per rank
+    stages = args.stages or dist.get_world_size()  # one stage per rank
+    pipelines = dist.get_world_size() // stages
+    mesh = init_device_mesh(device.type, (stages, pipelines), mesh_dim_names=("pp", "dp"))
+    stage, pipeline = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
     first, last = stage == 0, stage == stages - 1
     torch.manual_seed(args.seed)
     vocab_size = args.vocab_size if args.synthetic else BYTES
     model = keep_stage(Gpt(args.model, args.seq_len, vocab_size), stage, stages).to(device)
+    if pipelines > 1:  # each stage's gradients averaged over the pipelines
+        replicate(model, mesh=mesh["dp"])
 
     def loss_fn(logits, targets):  # on the last stage, per microbatch
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
     schedule = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[args.schedule](
-        PipelineStage(model, stage, stages, device), args.microbatches, loss_fn=loss_fn
+        PipelineStage(model, stage, stages, device, group=mesh["pp"].get_group()),
+        args.microbatches,
+        loss_fn=loss_fn,
     )
     optimizer = make_optimizer(args, model)
-    data = batches(args, device)
+    data = batches(args, device, pipeline, pipelines)
 
     for step in range(1, args.steps + 1):
         inputs, targets = next(data)
@@ -227,12 +246,14 @@ def main():
         else:
             schedule.step()
         optimizer.step()
-        if last:  # the microbatches' mean: the global batch's loss
-            loss = torch.stack(losses).mean()
-            print(f"step {step}/{args.steps}: loss {loss.item():.6f}", flush=True)
+        if last:  # the microbatches' mean, then the pipelines': the global batch's loss
+            loss = torch.stack(losses).mean().detach()
+            dist.all_reduce(loss, group=mesh["dp"].get_group())
+            if pipeline == 0:
+                print(f"step {step}/{args.steps}: loss {loss.item() / pipelines:.6f}", flush=True)
         if step == 1:
             start = time.perf_counter()  # the first step allocates and warms up: not timed
-    if args.steps > 1 and last:
+    if args.steps > 1 and last and pipeline == 0:
         tokens = (args.steps - 1) * args.batch_size * stages * args.seq_len
         print(f"tokens/sec: {tokens / (time.perf_counter() - start):.1f}")
     dist.destroy_process_group()
