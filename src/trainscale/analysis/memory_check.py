@@ -2,7 +2,7 @@
 row per run measured with `--tensor-memory` (a record's peak_tensor_bytes:
 torch's memory timeline over one step after the timed ones, the live tensor
 bytes at its peak), beside the bytes a rank `trainscale plan` counts for the
-same configuration (trainscale.analysis.parallel_plan.memory, with no
+same configuration (trainscale.analysis.parallel_plan_memory.memory, with no
 runtime reserve: the timeline counts tensors only).
 
 On a CPU a record's peak memory is the process's resident set (libraries,
@@ -26,11 +26,14 @@ COLUMNS = [
     "error_percent",
     "predicted_states_bytes",
     "predicted_activations_bytes",
+    "predicted_transients_bytes",
+    "predicted_outputs_bytes",
     "predicted_gathered_bytes",
     "predicted_buffers_bytes",
 ]
 # The plan's memory kinds that are model states (memory_model.model_state_bytes).
 STATES = ("parameters", "gradients", "optimizer")
+OTHER_KINDS = ("activations", "transients", "outputs", "gathered", "buffers")
 
 
 def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
@@ -62,9 +65,7 @@ def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
                 "predicted_bytes": int(predicted),
                 "error_percent": round(100 * (predicted / measured - 1), 1),
                 "predicted_states_bytes": int(sum(held[kind] for kind in STATES)),
-                "predicted_activations_bytes": int(held["activations"]),
-                "predicted_gathered_bytes": int(held["gathered"]),
-                "predicted_buffers_bytes": int(held["buffers"]),
+                **{f"predicted_{kind}_bytes": int(held[kind]) for kind in OTHER_KINDS},
             }
         )
     return pd.DataFrame(found, columns=COLUMNS)
