@@ -68,7 +68,7 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     # ZeRO-3 splits all three model states over the 4 replicas, and holds two
     # blocks' weights gathered (the one computing and the one prefetched).
     zero3 = memory(Configuration(4, 1, 1, 3), w, NO_RUNTIME)
-    for kind in ("parameters", "gradients", "optimizer"):
+    for kind in ("parameters", "optimizer"):
         assert zero3[kind] == pytest.approx(ddp[kind] / 4)
     width = GPT_SHAPES["gpt-mini"].width
     assert zero3["gathered"] == 2 * 4 * 12 * width * width
@@ -87,11 +87,14 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
         ]
         assert sum(held.values()) == max(totals), schedule
         kept = in_flight[1] * activation_bytes("gpt-mini", 4, 128, 1000, stage=1, stages=2)
-        assert held["activations"] == kept and held["outputs"] == 8 * 4 * 128 * 1000 * 4
+        # The loss's backward: two gradients of a microbatch's logits beside
+        # the 8 microbatches' logits the schedule keeps.
+        assert held["activations"] == kept and held["transients"] == (2 + 8) * 4 * 128 * 1000 * 4
     # The peak is the loss's backward here: every activation, the logits
-    # (fp32) held and two more of their size, no gradient yet (zero_grad
-    # sets them to None).
-    assert ddp["gradients"] == zero3["gradients"] == 0
+    # (fp32) held and two more of their size, the head's gradient (whole,
+    # before any reduce-scatter) the only one yet (zero_grad sets them to None).
+    head = 4 * GPT_SHAPES["gpt-mini"].width * 1000
+    assert ddp["gradients"] == zero3["gradients"] == head
     assert ddp["transients"] == zero3["transients"] == 3 * 8 * 128 * 1000 * 4
     # With short sequences it is the optimizer's update: every gradient,
     # the activations freed, the logits held and Adam's temporary over the

@@ -27,13 +27,12 @@ COLUMNS = [
     "predicted_states_bytes",
     "predicted_activations_bytes",
     "predicted_transients_bytes",
-    "predicted_outputs_bytes",
     "predicted_gathered_bytes",
     "predicted_buffers_bytes",
 ]
 # The plan's memory kinds that are model states (memory_model.model_state_bytes).
 STATES = ("parameters", "gradients", "optimizer")
-OTHER_KINDS = ("activations", "transients", "outputs", "gathered", "buffers")
+OTHER_KINDS = ("activations", "transients", "gathered", "buffers")
 
 
 def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:

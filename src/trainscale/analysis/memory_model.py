@@ -28,15 +28,17 @@ anew (three copies for q, k and v), and the 16-bit copies of the weights are
 kept for backward too. With activation checkpointing a block keeps its
 input only (and recomputes the rest in backward, one block at a time).
 
-A step's peak is one of two moments (peak_phase), as torch's memory
+A step's peak is one of three moments (peak_phase), as torch's memory
 timeline shows them (the sharding study's live tensor bytes): the loss's
 backward, with every activation kept, the logits the step holds and two
 more tensors of their size (the gradients of log-softmax's output and of the
-logits), and no parameter gradient yet (zero_grad sets them to None); or
-the optimizer's update, the activations freed, every gradient there, the
-logits still held and, for Adam (torch's foreach implementation), a
-temporary the size of the parameters a rank updates (the square root of the
-second moment).
+logits), and the head's gradient the only parameter gradient yet (zero_grad
+sets them to None); backward entering the last block, the logits' gradients
+freed and its gradient made (with a small vocabulary, the larger); or the
+optimizer's update, the activations freed, every gradient there, the logits
+still held and, for Adam (torch's foreach implementation), a temporary the
+size of the parameters a rank updates (the square root of the second
+moment).
 """
 
 from __future__ import annotations
@@ -123,16 +125,21 @@ def rank_parameters(
     ones' weights divided and biases whole, the norms whole), with the
     embeddings on the first stage and the final norm and head on the last."""
     shape = gpt_shape(model)
-    width, hidden, t = shape.width, MLP_RATIO * shape.width, tensor_ranks
-    columns = (3 * (width * width + width) + width * hidden + hidden) // t  # q, k, v; MLP in
-    rows = (width * width + hidden * width) // t + 2 * width  # attention out, MLP out
-    block = columns + rows + 2 * 2 * width  # and the two norms
-    held = len(stage_blocks(shape.layers, stage, stages)) * block
+    width = shape.width
+    held = len(stage_blocks(shape.layers, stage, stages)) * block_parameters(shape, tensor_ranks)
     if stage == 0:
         held += embedding_parameters(shape, seq_len, vocabulary)
     if stage == stages - 1:
         held += 2 * width + width * vocabulary  # the final norm and the head
     return held
+
+
+def block_parameters(shape: GptShape, tensor_ranks: int = 1) -> int:
+    """A block's parameters on one of `tensor_ranks` ranks (rank_parameters' split)."""
+    width, hidden, t = shape.width, MLP_RATIO * shape.width, tensor_ranks
+    columns = (3 * (width * width + width) + width * hidden + hidden) // t  # q, k, v; MLP in
+    rows = (width * width + hidden * width) // t + 2 * width  # attention out, MLP out
+    return columns + rows + 2 * 2 * width  # and the two norms
 
 
 def _block_bytes(shape: GptShape, tokens: int, precision: str, tensor_ranks: int = 1) -> int:
@@ -244,8 +251,8 @@ def peak_tensor_bytes(
     gradients and optimizer states, and every activation it keeps until the
     backward pass, for as many microbatches as its schedule keeps in flight
     (`batch` sequences a rank a step, cut into `microbatches`), at the
-    larger of its two peaks (peak_phase), with a pipeline's last stage's
-    kept outputs."""
+    largest of its peaks (peak_phase), with a pipeline's last stage's kept
+    outputs."""
     parameters = rank_parameters(model, seq_len, vocabulary, tensor_ranks, stage, stages)
     states = model_state_bytes(parameters, optimizer)
     microbatch = batch // microbatches
@@ -256,20 +263,50 @@ def peak_tensor_bytes(
     kept *= microbatches_in_flight(schedule, microbatches, stage, stages)
     logits = logits_bytes(microbatch * seq_len, vocabulary) if stage == stages - 1 else 0
     outputs = microbatches * logits if stages > 1 else 0
-    return int(sum(peak_phase(states, kept, logits, parameters, optimizer).values()) + outputs)
+    first = first_gradient_bytes(model, vocabulary, tensor_ranks, stage, stages)
+    return int(
+        sum(peak_phase(states, kept, logits, parameters, optimizer, first, outputs).values())
+    )
 
 
 def peak_phase(
-    states: dict, activations: float, logits: int, parameters_updated: float, optimizer: str
+    states: dict,
+    activations: float,
+    logits: int,
+    parameters_updated: float,
+    optimizer: str,
+    first_gradients: tuple[float, float] = (0.0, 0.0),
+    kept_outputs: int = 0,
 ) -> dict[str, float]:
     """What a rank holds at its step's peak, by kind (states: model_state_bytes'),
-    the larger of the loss's backward and the optimizer's update (the
-    module's docstring); `logits`: their bytes on this rank (0 on a pipeline
-    stage without the head), `parameters_updated`: those its optimizer updates."""
-    backward = {**states, "gradients": 0.0, "activations": activations, "transients": 3 * logits}
+    the largest of the three moments of the module's docstring. `logits`:
+    one (micro)batch's bytes on this rank (0 on a pipeline stage without the
+    head); `parameters_updated`: those its optimizer updates;
+    `first_gradients`: the bytes of the head's gradient and of one block's,
+    the first made (first_gradient_bytes); `kept_outputs`: a pipeline
+    schedule's kept outputs (every microbatch's logits, merged when the
+    schedule's step returns, before the update), which stand for the logits
+    a plain step holds through its update."""
+    head, block = first_gradients
+    held = kept_outputs or logits
+    loss = {**states, "gradients": head, "activations": activations}
+    loss["transients"] = 2 * logits + held
+    blocks = {**loss, "gradients": head + block, "transients": held}
     temporary = BYTES["fp32"] * parameters_updated if optimizer == "adam" else 0
-    update = {**states, "activations": 0.0, "transients": temporary + logits}
-    return max(backward, update, key=lambda phase: sum(phase.values()))
+    update = {**states, "activations": 0.0, "transients": temporary + (0 if kept_outputs else held)}
+    return max(loss, blocks, update, key=lambda phase: sum(phase.values()))
+
+
+def first_gradient_bytes(
+    model: str, vocabulary: int, tensor_ranks: int = 1, stage: int = 0, stages: int = 1
+) -> tuple[float, float]:
+    """The fp32 gradients backward makes first on this stage, before it has
+    freed much: the head's (on the last stage, whole on every tensor rank)
+    and one block's (peak_phase)."""
+    shape = gpt_shape(model)
+    head = BYTES["fp32"] * shape.width * vocabulary if stage == stages - 1 else 0
+    has_blocks = bool(stage_blocks(shape.layers, stage, stages))
+    return head, BYTES["fp32"] * block_parameters(shape, tensor_ranks) * has_blocks
 
 
 def logits_bytes(tokens: int, vocabulary: int) -> int:

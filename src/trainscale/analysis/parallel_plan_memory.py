@@ -16,6 +16,7 @@ from trainscale.analysis.memory_model import (
     activation_bytes,
     block_linear_weights,
     buffer_bytes,
+    first_gradient_bytes,
     logits_bytes,
     microbatches_in_flight,
     model_state_bytes,
@@ -35,9 +36,10 @@ def memory(
     """Bytes one rank holds at most, at its pipeline's fullest stage: model
     states (DeepSpeed below ZeRO-3 keeps 16-bit weights and an fp32 master;
     the others fp32 weights under autocast) with the activations or the
-    gradients and the step's transients, at the larger of its two peaks
-    (memory_model.peak_phase); a pipeline's kept outputs, ZeRO-3's gathered
-    blocks (the one computing and the one prefetched), the framework's own
+    gradients and the step's transients, at the largest of its peaks
+    (memory_model.peak_phase: a pipeline's kept outputs among them);
+    ZeRO-3's gathered blocks (the one computing and the one prefetched),
+    the framework's own
     buffers (memory_model.buffer_bytes: `framework`, else the first that
     runs the configuration, with a run's `knobs`) and the runtime's own."""
     w = workload
@@ -69,11 +71,12 @@ def memory(
         last = stage == config.pipeline - 1
         logits = logits_bytes(microbatch * w.seq_len, w.vocabulary) if last else 0
         updated = held / (config.data if config.shard_stage else 1)  # the optimizer's share
+        first = first_gradient_bytes(w.model, w.vocabulary, config.tensor, stage, config.pipeline)
+        # torch's schedule keeps every microbatch's output (the last stage's
+        # logits) to merge them when its step returns.
+        outputs = config.microbatches * logits if pipelined else 0
         held_bytes = {
-            **peak_phase(states, kept * in_flight, logits, updated, w.optimizer),
-            # torch's schedule keeps every microbatch's output (the last
-            # stage's logits) to merge them when the step ends.
-            "outputs": config.microbatches * logits if pipelined else 0,
+            **peak_phase(states, kept * in_flight, logits, updated, w.optimizer, first, outputs),
             "gathered": _gathered_bytes(config, w) if config.shard_stage == 3 else 0.0,
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
             "reserved": budget.reserved_gib * 2**30,
