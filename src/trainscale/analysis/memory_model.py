@@ -253,20 +253,48 @@ def peak_tensor_bytes(
     (`batch` sequences a rank a step, cut into `microbatches`), at the
     largest of its peaks (peak_phase), with a pipeline's last stage's kept
     outputs."""
+    peak = stage_peak(
+        model, batch // microbatches, seq_len, vocabulary, optimizer, precision, checkpointing,
+        tensor_ranks, stage, stages, microbatches, schedule, keeps_outputs=stages > 1,
+    )  # fmt: skip
+    return int(sum(peak.values()))
+
+
+def stage_peak(
+    model: str,
+    microbatch: int,
+    seq_len: int,
+    vocabulary: int,
+    optimizer: str,
+    precision: str,
+    checkpointing: bool,
+    tensor_ranks: int,
+    stage: int,
+    stages: int,
+    microbatches: int,
+    schedule: str,
+    weights: str = "fp32",
+    data_parallel: int = 1,
+    shard_stage: int = 0,
+    keeps_outputs: bool = False,
+) -> dict[str, float]:
+    """One pipeline stage's rank at its step's peak, by kind (peak_phase):
+    its model states after the tensor, pipeline and ZeRO splits
+    (model_state_bytes), the activations of the microbatches in flight, and
+    the step's transients; `keeps_outputs`: a pipeline schedule keeps every
+    microbatch's logits on its last stage."""
     parameters = rank_parameters(model, seq_len, vocabulary, tensor_ranks, stage, stages)
-    states = model_state_bytes(parameters, optimizer)
-    microbatch = batch // microbatches
+    states = model_state_bytes(parameters, optimizer, weights, data_parallel, shard_stage)
     kept = activation_bytes(
         model, microbatch, seq_len, vocabulary, precision, checkpointing, stage, stages,
         tensor_ranks,
     )  # fmt: skip
     kept *= microbatches_in_flight(schedule, microbatches, stage, stages)
     logits = logits_bytes(microbatch * seq_len, vocabulary) if stage == stages - 1 else 0
-    outputs = microbatches * logits if stages > 1 else 0
+    outputs = microbatches * logits if keeps_outputs else 0
+    updated = parameters / (data_parallel if shard_stage else 1)  # the optimizer's share
     first = first_gradient_bytes(model, vocabulary, tensor_ranks, stage, stages)
-    return int(
-        sum(peak_phase(states, kept, logits, parameters, optimizer, first, outputs).values())
-    )
+    return peak_phase(states, kept, logits, updated, optimizer, first, outputs)
 
 
 def peak_phase(

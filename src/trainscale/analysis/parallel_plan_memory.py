@@ -13,15 +13,10 @@ from collections.abc import Mapping
 
 from trainscale.analysis.memory_model import (
     BYTES,
-    activation_bytes,
     block_linear_weights,
     buffer_bytes,
-    first_gradient_bytes,
-    logits_bytes,
-    microbatches_in_flight,
-    model_state_bytes,
-    peak_phase,
     rank_parameters,
+    stage_peak,
 )
 from trainscale.core.gpt import gpt_shape
 
@@ -47,36 +42,33 @@ def memory(
     framework = framework or (runs[0][0] if runs else "")
     weights = w.precision if config.shard_stage in (1, 2) else "fp32"
     microbatch = w.global_batch // (config.data * config.microbatches)
+    # torch's schedule keeps every microbatch's output (the last stage's
+    # logits) to merge them when its step returns.
     pipelined = config.pipeline > 1 or framework == "torch-pipeline"
     worst: dict[str, float] = {}
     for stage in range(config.pipeline):
         held = rank_parameters(
             w.model, w.seq_len, w.vocabulary, config.tensor, stage, config.pipeline
         )
-        states = model_state_bytes(held, w.optimizer, weights, config.data, config.shard_stage)
-        kept = activation_bytes(
-            w.model,
-            microbatch,
-            w.seq_len,
-            w.vocabulary,
-            w.precision,
-            config.checkpointing,
-            stage,
-            config.pipeline,
-            config.tensor,
-        )
-        in_flight = microbatches_in_flight(
-            config.schedule, config.microbatches, stage, config.pipeline
-        )
-        last = stage == config.pipeline - 1
-        logits = logits_bytes(microbatch * w.seq_len, w.vocabulary) if last else 0
-        updated = held / (config.data if config.shard_stage else 1)  # the optimizer's share
-        first = first_gradient_bytes(w.model, w.vocabulary, config.tensor, stage, config.pipeline)
-        # torch's schedule keeps every microbatch's output (the last stage's
-        # logits) to merge them when its step returns.
-        outputs = config.microbatches * logits if pipelined else 0
         held_bytes = {
-            **peak_phase(states, kept * in_flight, logits, updated, w.optimizer, first, outputs),
+            **stage_peak(
+                w.model,
+                microbatch,
+                w.seq_len,
+                w.vocabulary,
+                w.optimizer,
+                w.precision,
+                config.checkpointing,
+                config.tensor,
+                stage,
+                config.pipeline,
+                config.microbatches,
+                config.schedule,
+                weights,
+                config.data,
+                config.shard_stage,
+                keeps_outputs=pipelined,
+            ),  # fmt: skip
             "gathered": _gathered_bytes(config, w) if config.shard_stage == 3 else 0.0,
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
             "reserved": budget.reserved_gib * 2**30,
