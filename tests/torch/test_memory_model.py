@@ -146,6 +146,10 @@ def test_model_states_are_the_zero_papers_counts():
         "parameters": 1000.0, "gradients": 1000.0, "optimizer": 2000.0,
     }  # fmt: skip
     assert model_state_bytes(1000, "sgd", data_parallel=2, shard_stage=3)["optimizer"] == 0
+    # DeepSpeed clones the fp32 partition it updates even in an fp32 run.
+    assert model_state_bytes(1000, "adam", data_parallel=2, shard_stage=1, master=True) == {
+        "parameters": 4000.0, "gradients": 4000.0, "optimizer": 6000.0,
+    }  # fmt: skip
     # Unsplit, a rank holds the whole model, as core.gpt counts it.
     for model in GPT_SHAPES:
         assert rank_parameters(model, 1024, 50257) == parameter_count(model, 1024, 50257)

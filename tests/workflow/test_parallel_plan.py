@@ -73,6 +73,19 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     width = GPT_SHAPES["gpt-mini"].width
     assert zero3["gathered"] == 2 * 4 * 12 * width * width
     assert zero3["activations"] == ddp["activations"]
+    # DeepSpeed's ZeRO-3 keeps gathered every weight it uses again within
+    # its reuse distance (10^9 elements: all of gpt-mini, whose next use is
+    # in backward), at most its live parameters, and clones the fp32
+    # partition it updates beside Adam's two moments.
+    whole = parameter_count("gpt-mini", 128, 1000)
+    ds3 = memory(Configuration(4, 1, 1, 3), w, NO_RUNTIME, "deepspeed")
+    assert ds3["gathered"] == 4 * whole and ds3["optimizer"] == pytest.approx(12 * whole / 4)
+    for knobs, kept in (
+        ({"zero_max_reuse_distance": 1000}, 500),
+        ({"zero_max_live_parameters": 7}, 7),
+    ):
+        held = memory(Configuration(4, 1, 1, 3), w, NO_RUNTIME, "deepspeed", knobs)
+        assert held["gathered"] == 4 * kept, knobs
     # A pipeline's fullest stage: 1F1B's stage s keeps p - s microbatches in
     # flight, GPipe's all m; the last stage holds the head and the loss, and
     # the schedule's outputs of all 8 microbatches.

@@ -91,8 +91,8 @@ def test_the_memory_study_measures_every_scheme_at_every_size(study):
     # The memory model against the live tensor bytes at each run's peak
     # (tensor_memory: torch's memory timeline; a process it cannot count is
     # left out, FSDP2's on gpt-tiny in torch 2.13). DeepSpeed's ZeRO-3 holds
-    # its reduce bucket whole, 2.0 GB of fp32 gradient at the default: the
-    # model's buffers term, which brings it within 15 %.
+    # its reduce bucket whole, 2.0 GB of fp32 gradient at the default (the
+    # model's buffers term), and the whole model gathered.
     check = pd.read_csv(os.path.join(study, "tables", "memory_model_check.csv"))
     print(check.drop(columns=["configuration"]).to_string())
     assert len(check) >= 6 and set(check["framework"]) <= SCHEMES
@@ -100,6 +100,8 @@ def test_the_memory_study_measures_every_scheme_at_every_size(study):
     zero3 = check[check["framework"] == "DeepSpeed (zero_stage=3)"]
     assert len(zero3) == 2 and (zero3["predicted_buffers_bytes"] > 2e9).all()
     assert (zero3["error_percent"].abs() < 15).all(), zero3
+    for _, row in zero3.iterrows():  # every weight gathered from its forward to its backward
+        assert row["predicted_gathered_bytes"] == 4 * parameter_count(row["model"], 32, 50257)
     ddp = check[check["framework"] == "PyTorch DDP"].set_index("model")
     for model in ("gpt-tiny", "gpt-mini"):  # the buckets: a copy of the gradients
         assert ddp.loc[model, "predicted_buffers_bytes"] == 4 * parameter_count(model, 32, 50257)

@@ -67,6 +67,7 @@ def model_state_bytes(
     weights: str = "fp32",
     data_parallel: int = 1,
     shard_stage: int = 0,
+    master: bool = False,
 ) -> dict[str, float]:
     """The bytes of the parameters, gradients and optimizer states of a rank
     holding `parameters` before any ZeRO split (rank_parameters: after the
@@ -74,11 +75,13 @@ def model_state_bytes(
 
     `weights`: what the framework keeps the model in, fp32 (autocast, or no
     mixed precision) or a 16-bit type with an fp32 master copy in the
-    optimizer (DeepSpeed's bf16 and fp16). `shard_stage`, as ZeRO's stage
-    1-3, splits over the `data_parallel` ranks (FSDP2 is stage 3)."""
+    optimizer (DeepSpeed's bf16 and fp16). `master`: an fp32 master copy
+    with fp32 weights too (DeepSpeed's ZeRO optimizers clone the partition
+    they update whatever its type). `shard_stage`, as ZeRO's stage 1-3,
+    splits over the `data_parallel` ranks (FSDP2 is stage 3)."""
     weight = BYTES[weights]
     optimizer_bytes = OPTIMIZER_STATE_BYTES[optimizer]
-    if weights != "fp32":
+    if weights != "fp32" or master:
         optimizer_bytes += BYTES["fp32"]  # the master copy
     split = [data_parallel if shard_stage >= stage else 1 for stage in (3, 2, 1)]
     return {
@@ -277,14 +280,15 @@ def stage_peak(
     data_parallel: int = 1,
     shard_stage: int = 0,
     keeps_outputs: bool = False,
+    master: bool = False,
 ) -> dict[str, float]:
     """One pipeline stage's rank at its step's peak, by kind (peak_phase):
     its model states after the tensor, pipeline and ZeRO splits
-    (model_state_bytes), the activations of the microbatches in flight, and
-    the step's transients; `keeps_outputs`: a pipeline schedule keeps every
-    microbatch's logits on its last stage."""
+    (model_state_bytes, with `master`), the activations of the microbatches
+    in flight, and the step's transients; `keeps_outputs`: a pipeline
+    schedule keeps every microbatch's logits on its last stage."""
     parameters = rank_parameters(model, seq_len, vocabulary, tensor_ranks, stage, stages)
-    states = model_state_bytes(parameters, optimizer, weights, data_parallel, shard_stage)
+    states = model_state_bytes(parameters, optimizer, weights, data_parallel, shard_stage, master)
     kept = activation_bytes(
         model, microbatch, seq_len, vocabulary, precision, checkpointing, stage, stages,
         tensor_ranks,

@@ -18,6 +18,7 @@ from trainscale.analysis.memory_model import (
     rank_parameters,
     stage_peak,
 )
+from trainscale.catalogue.knobs import ZERO_MAX_LIVE, ZERO_REUSE_DISTANCE
 from trainscale.core.gpt import gpt_shape
 
 
@@ -29,18 +30,20 @@ def memory(
     knobs: Mapping = {},
 ) -> dict[str, float]:
     """Bytes one rank holds at most, at its pipeline's fullest stage: model
-    states (DeepSpeed below ZeRO-3 keeps 16-bit weights and an fp32 master;
-    the others fp32 weights under autocast) with the activations or the
-    gradients and the step's transients, at the largest of its peaks
-    (memory_model.peak_phase: a pipeline's kept outputs among them);
-    ZeRO-3's gathered blocks (the one computing and the one prefetched),
-    the framework's own
-    buffers (memory_model.buffer_bytes: `framework`, else the first that
-    runs the configuration, with a run's `knobs`) and the runtime's own."""
+    states (DeepSpeed keeps its weights in the run's precision and an fp32
+    master copy of the partition it updates; the others fp32 weights under
+    autocast) with the activations or the gradients and the step's
+    transients, at the largest of its peaks (memory_model.peak_phase: a
+    pipeline's kept outputs among them); the weights ZeRO-3 and FSDP2 hold
+    gathered (gathered_bytes); the framework's own buffers
+    (memory_model.buffer_bytes: `framework`, else the first that runs the
+    configuration, with a run's `knobs`) and the runtime's own."""
     w = workload
     runs = config.frameworks()
     framework = framework or (runs[0][0] if runs else "")
-    weights = w.precision if config.shard_stage in (1, 2) else "fp32"
+    # A ZeRO-1 or 2 configuration that nothing here runs is DeepSpeed's.
+    deepspeed = framework == "deepspeed" or (not framework and config.shard_stage in (1, 2))
+    weights = w.precision if deepspeed else "fp32"
     microbatch = w.global_batch // (config.data * config.microbatches)
     # torch's schedule keeps every microbatch's output (the last stage's
     # logits) to merge them when its step returns.
@@ -68,8 +71,9 @@ def memory(
                 config.data,
                 config.shard_stage,
                 keeps_outputs=pipelined,
+                master=deepspeed,
             ),  # fmt: skip
-            "gathered": _gathered_bytes(config, w) if config.shard_stage == 3 else 0.0,
+            "gathered": gathered_bytes(framework, config, w, stage, knobs),
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
             "reserved": budget.reserved_gib * 2**30,
         }
@@ -78,6 +82,30 @@ def memory(
     return worst
 
 
-def _gathered_bytes(config, workload) -> float:
-    block = block_linear_weights(gpt_shape(workload.model), config.tensor)
-    return 2 * BYTES["fp32"] * block
+def gathered_bytes(framework: str, config, workload, stage: int, knobs: Mapping = {}) -> float:
+    """The bytes of weights a ZeRO-3 or FSDP2 rank holds whole on pipeline
+    stage `stage`. FSDP2: two blocks' (the one computing and the one
+    prefetched; its root module, gathered from the first forward to the last
+    backward, is left out: the memory study finds it at the peak of
+    gpt2-small's runs and not of gpt-tiny's). DeepSpeed's ZeRO-3 releases a
+    gathered parameter only if its next use is further than
+    `zero_max_reuse_distance` elements away: a block's next use is its
+    backward, twice the rest of the model away, so at the default (10^9)
+    every parameter of a model of under 500 M stays gathered from its
+    forward to its backward, up to `zero_max_live_parameters`. Where in the
+    step the peak falls is not known for either: counted at every phase."""
+    if config.shard_stage != 3:
+        return 0.0
+    w = workload
+    if framework == "deepspeed":
+        held = rank_parameters(
+            w.model, w.seq_len, w.vocabulary, config.tensor, stage, config.pipeline
+        )
+        reuse, live = (
+            int(knobs.get(knob.name, knob.default)) for knob in (ZERO_REUSE_DISTANCE, ZERO_MAX_LIVE)
+        )
+        kept = min(held if 2 * held <= reuse else reuse / 2, live)
+    else:
+        kept = 2 * block_linear_weights(gpt_shape(w.model), config.tensor)
+    # Gathered in the run's type: DeepSpeed's 16-bit weights, FSDP2's param_dtype.
+    return BYTES[w.precision] * kept

@@ -243,30 +243,32 @@ ZERO_PREFETCH_BUCKET = Setting(
     axis=True,
     group="memory",
 )
+ZERO_MAX_LIVE = Setting(
+    "zero_max_live_parameters",
+    int,
+    1_000_000_000,
+    "deepspeed ZeRO-3: elements of gathered parameters a rank keeps before it "
+    "releases any (stage3_max_live_parameters)",
+    minimum=0,
+    axis=True,
+    group="memory",
+)
+ZERO_REUSE_DISTANCE = Setting(
+    "zero_max_reuse_distance",
+    int,
+    1_000_000_000,
+    "deepspeed ZeRO-3: a gathered parameter used again within this many elements "
+    "is kept, not released (stage3_max_reuse_distance)",
+    minimum=0,
+    axis=True,
+    group="memory",
+)
 DEEPSPEED_KNOBS = (
     ZERO_STAGE,
     ZERO_REDUCE_BUCKET,
     ZERO_PREFETCH_BUCKET,
-    Setting(
-        "zero_max_live_parameters",
-        int,
-        1_000_000_000,
-        "deepspeed ZeRO-3: elements of gathered parameters a rank keeps before it "
-        "releases any (stage3_max_live_parameters)",
-        minimum=0,
-        axis=True,
-        group="memory",
-    ),
-    Setting(
-        "zero_max_reuse_distance",
-        int,
-        1_000_000_000,
-        "deepspeed ZeRO-3: a gathered parameter used again within this many elements "
-        "is kept, not released (stage3_max_reuse_distance)",
-        minimum=0,
-        axis=True,
-        group="memory",
-    ),
+    ZERO_MAX_LIVE,
+    ZERO_REUSE_DISTANCE,
     Setting(
         "zero_param_persistence_threshold",
         int,
