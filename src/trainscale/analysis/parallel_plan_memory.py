@@ -89,10 +89,10 @@ def gathered_bytes(framework: str, config, workload, stage: int, knobs: Mapping 
     backward, is left out: the memory study finds it at the peak of
     gpt2-small's runs and not of gpt-tiny's). DeepSpeed's ZeRO-3 releases a
     gathered parameter only if its next use is further than
-    `zero_max_reuse_distance` elements away: a block's next use is its
+    ZERO_REUSE_DISTANCE's elements away: a block's next use is its
     backward, twice the rest of the model away, so at the default (10^9)
     every parameter of a model of under 500 M stays gathered from its
-    forward to its backward, up to `zero_max_live_parameters`. Where in the
+    forward to its backward, up to ZERO_MAX_LIVE's count. Where in the
     step the peak falls is not known for either: counted at every phase."""
     if config.shard_stage != 3:
         return 0.0
