@@ -157,6 +157,11 @@ def test_each_term_is_the_algorithm_it_models():
     zero3 = Configuration(32, 1, 1, 3)
     called = terms(zero3, dataclasses.replace(H100_TERMS, shard_call_s=1e-6))["data"]
     assert called - terms(zero3)["data"] == pytest.approx(3 * 49 * 31 * 1e-6)
+    # DeepSpeed ZeRO-1 and 2's own cost: once a step, whatever the model.
+    for stage in (1, 2):
+        config = Configuration(32, 1, 1, stage)
+        stepped = terms(config, dataclasses.replace(H100_TERMS, partition_step_s=1e-3))["data"]
+        assert stepped - terms(config)["data"] == pytest.approx(1e-3)
     hidden = terms(Configuration(32, 1, 1, 0), dataclasses.replace(H100_TERMS, overlap=0.5))
     assert hidden["data"] == pytest.approx(ddp["data"] - 0.5 * BACKWARD_SHARE * ddp["compute"])
     # Checkpointing: a second forward, 8N for 6N.
@@ -327,11 +332,12 @@ def test_the_links_come_from_the_probes_records_where_the_study_fits_none(capsys
 # cost 300 µs each besides.
 TRUE_FLOPS, TRUE_GB_PER_S, TRUE_LATENCY, TRUE_TENSOR_CALL = 2e10, 2.0, 50e-6, 300e-6
 TRUE_SHARD_CALL = 8e-3  # its calls a third of the FSDP2 step, as on the lab
+TRUE_PARTITION_STEP = 30e-3  # a tenth of the ZeRO-1 step, as on the lab
 MINI = Workload("gpt-mini", 128, 1000, global_batch=8, precision="fp32")
 MINI_4 = dataclasses.replace(MINI, global_batch=4)
 
 
-def _made_study(folder, fsdp: bool = False) -> str:
+def _made_study(folder, sharded: bool = False) -> str:
     rng = np.random.default_rng(0)
     per_sequence = training_flops_per_token("gpt-mini", 128, 1000) * 128
     gradient = 4 * parameter_count("gpt-mini", 128, 1000)
@@ -344,23 +350,28 @@ def _made_study(folder, fsdp: bool = False) -> str:
         TRUE_LATENCY,
         tensor_call_s=TRUE_TENSOR_CALL,
         shard_call_s=TRUE_SHARD_CALL,
+        partition_step_s=TRUE_PARTITION_STEP,
     )
     tensor = Configuration(1, 2, 1, 0)  # 2 sequences a rank: a global batch of 4
     tensor_step = sum(step_terms(tensor, Cluster(1, 2, 16), MINI_4, true).values())
-    # FSDP2 over gloo (the records' device is the CPU): 4 passes, and its calls.
-    sharded = Configuration(2, 1, 1, 3)
-    sharded_step = sum(step_terms(sharded, Cluster(1, 2, 16, "gloo"), MINI_4, true).values())
+    # FSDP2 and ZeRO-1 over gloo (the records' device is the CPU): 4 and 3
+    # passes, and their own costs.
+    gloo = Cluster(1, 2, 16, "gloo")
+    steps = {
+        "torch-fsdp": sum(step_terms(Configuration(2, 1, 1, 3), gloo, MINI_4, true).values()),
+        "deepspeed": sum(step_terms(Configuration(2, 1, 1, 1), gloo, MINI_4, true).values()),
+    }
     for framework, gpus in (
         ("torch-single", 1),
         ("torch-ddp", 1),
         ("torch-ddp", 2),
         ("torch-ddp", 4),
         ("torch-tp", 2),
-        *((("torch-fsdp", 2),) if fsdp else ()),
+        *((("torch-fsdp", 2), ("deepspeed", 2)) if sharded else ()),
     ):
         compute = 2 * per_sequence / TRUE_FLOPS  # 2 sequences a replica
         ring = 2 * (gpus - 1) * (gradient / gpus / (TRUE_GB_PER_S * 1e9) + TRUE_LATENCY)
-        step = {"torch-tp": tensor_step, "torch-fsdp": sharded_step}.get(framework, compute + ring)
+        step = {"torch-tp": tensor_step, **steps}.get(framework, compute + ring)
         samples = gpus * 2 / step * (1 + 0.002 * rng.standard_normal(4))
         settings = {
             "model": "gpt-mini",
@@ -371,6 +382,7 @@ def _made_study(folder, fsdp: bool = False) -> str:
             "optimizer": "adam",
             "device": "cpu",
             "tensor_parallel": 2,
+            "zero_stage": 1,  # read by deepspeed's run only
         }
         record = {
             "schema": 1,
@@ -423,6 +435,7 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     assert fitted.labels["tensor_call_s"] == "fitted: the excess of 1 measured run(s) over the rest"
     assert "send_s" not in fitted.labels  # no pipeline run: it stays assumed
     assert "shard_call_s" not in fitted.labels  # nor a ZeRO-3 or FSDP2 one
+    assert "partition_step_s" not in fitted.labels  # nor a ZeRO-1 or 2 one
     # The model misses the measured runs by the records' 0.2 % noise only.
     assert 0 < terms.model_error < 0.01
     assert fitted.labels["model_error"] == "fitted: the RMS error over 3 measured run(s)"
@@ -453,13 +466,19 @@ def test_the_models_own_error_widens_every_band():
     assert wide.band == pytest.approx((99.05 * (1 - 0.196), 100.95 * 1.196))
 
 
-def test_a_sharded_schemes_own_cost_is_fitted_to_its_runs_over_gloo(tmp_path):
+def test_the_sharded_schemes_own_costs_are_fitted_to_their_runs_over_gloo(tmp_path):
     assumed = StepTerms(1.0, intra_gb_per_s=100, inter_gb_per_s=10)
-    fitted = fit_terms(_made_study(tmp_path, fsdp=True), MINI, assumed)
-    assert fitted.terms.shard_call_s == pytest.approx(TRUE_SHARD_CALL, rel=0.1)
-    assert fitted.labels["shard_call_s"] == "fitted: the excess of 1 measured run(s) over the rest"
-    (fsdp,) = [m for m in fitted.measured if m.framework == "torch-fsdp"]
-    assert fsdp.cluster.collectives == "gloo" and fsdp.configuration.name == "dp2 tp1 pp1 zero3"
+    fitted = fit_terms(_made_study(tmp_path, sharded=True), MINI, assumed)
+    for term, true in (
+        ("shard_call_s", TRUE_SHARD_CALL),
+        ("partition_step_s", TRUE_PARTITION_STEP),
+    ):
+        assert getattr(fitted.terms, term) == pytest.approx(true, rel=0.1), term
+        assert fitted.labels[term] == "fitted: the excess of 1 measured run(s) over the rest"
+    runs = {m.framework: m for m in fitted.measured}
+    assert runs["torch-fsdp"].cluster.collectives == runs["deepspeed"].cluster.collectives == "gloo"
+    assert runs["torch-fsdp"].configuration.name == "dp2 tp1 pp1 zero3"
+    assert runs["deepspeed"].configuration.name == "dp2 tp1 pp1 zero1"
 
 
 def test_each_scheme_is_held_out_and_the_regret_is_taken_where_two_compete(tmp_path):

@@ -116,6 +116,10 @@ class StepTerms:
     # ZeRO-3's and FSDP2's calls per unit (a block, or the root): gather in
     # forward, again in backward, reduce; each of d - 1 ring steps costs this.
     shard_call_s: float = 0.0
+    # DeepSpeed's ZeRO-1 and 2, per step, beyond their collectives: a hook
+    # per parameter tensor moving its gradient into the reduce bucket, the
+    # fp32 partition's update and its copy back into the weights.
+    partition_step_s: float = 0.0
     # The model's own relative error (RMS) over the study's runs it was
     # fitted to: the refits' spread says how well the records pin the terms
     # down, this how far the model's sum of terms misses a run; it widens
@@ -274,6 +278,8 @@ def step_terms(
             units = len(stage_blocks(shape.layers, slowest, p)) + 1
             exchange += 3 * units * (config.data - 1) * terms.shard_call_s
         data = max(0.0, exchange - terms.overlap * BACKWARD_SHARE * compute)
+        if config.shard_stage in (1, 2):
+            data += terms.partition_step_s  # not communication: nothing hides it
     sends = 0.0
     if p > 1:
         across = config.tensor * config.data * p > cluster.gpus_per_node

@@ -197,6 +197,7 @@ SCHEME_TERMS = {
     "tensor_call_s": lambda config: config.tensor > 1,
     "send_s": lambda config: config.pipeline > 1,
     "shard_call_s": lambda config: config.shard_stage == 3 and config.data > 1,
+    "partition_step_s": lambda config: config.shard_stage in (1, 2) and config.data > 1,
 }
 
 

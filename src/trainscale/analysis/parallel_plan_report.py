@@ -26,9 +26,13 @@ TERM_TEXT = {
     "tensor_call_s": ("a tensor-parallel all-reduce's own cost, µs", "none, no flag"),
     "send_s": ("a pipeline send's own cost, µs", "none, no flag"),
     "shard_call_s": ("a ZeRO-3 or FSDP2 call's own cost per ring step, µs", "none, no flag"),
+    "partition_step_s": ("DeepSpeed ZeRO-1 or 2's own cost per step, µs", "none, no flag"),
     "model_error": ("the model's own error (widens every band), %", "none: no run to err on"),
 }
-MICRO = ("intra_latency_s", "inter_latency_s", "tensor_call_s", "send_s", "shard_call_s")
+MICRO = (
+    "intra_latency_s", "inter_latency_s", "tensor_call_s", "send_s", "shard_call_s",
+    "partition_step_s",
+)  # fmt: skip
 SCALE = {"flops_per_sec": 1e-12, "model_error": 100, **dict.fromkeys(MICRO, 1e6)}
 
 
