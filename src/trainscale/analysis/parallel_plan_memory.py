@@ -71,7 +71,7 @@ def memory(
                 config.data,
                 config.shard_stage,
                 keeps_outputs=pipelined,
-                master=deepspeed,
+                master=deepspeed and config.shard_stage > 0,  # ZeRO's own clone
             ),  # fmt: skip
             "gathered": gathered_bytes(framework, config, w, stage, knobs),
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
