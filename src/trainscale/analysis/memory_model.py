@@ -108,8 +108,7 @@ def buffer_bytes(
     if framework != "deepspeed" or shard_stage == 0:
         return 0.0
     reduce, prefetch = (
-        int(knobs.get(knob.name, knob.default))
-        for knob in (ZERO_REDUCE_BUCKET, ZERO_PREFETCH_BUCKET)
+        int(knob.value_in(knobs)) for knob in (ZERO_REDUCE_BUCKET, ZERO_PREFETCH_BUCKET)
     )
     return each * (reduce + (min(prefetch, parameters) if shard_stage == 3 else 0))
 

@@ -101,9 +101,7 @@ def gathered_bytes(framework: str, config, workload, stage: int, knobs: Mapping 
         held = rank_parameters(
             w.model, w.seq_len, w.vocabulary, config.tensor, stage, config.pipeline
         )
-        reuse, live = (
-            int(knobs.get(knob.name, knob.default)) for knob in (ZERO_REUSE_DISTANCE, ZERO_MAX_LIVE)
-        )
+        reuse, live = (int(knob.value_in(knobs)) for knob in (ZERO_REUSE_DISTANCE, ZERO_MAX_LIVE))
         kept = min(held if 2 * held <= reuse else reuse / 2, live)
     else:
         kept = 2 * block_linear_weights(gpt_shape(w.model), config.tensor)

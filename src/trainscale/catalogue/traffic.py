@@ -63,5 +63,5 @@ def parameter_server_traffic(settings: Mapping) -> Traffic:
     # Every worker sends its gradient to the servers and reads the
     # parameters back: (workers / servers) x 2 x the model's bytes on each
     # server's link (trainscale.analysis.predict).
-    servers = int(settings.get(PS_SERVERS.name, PS_SERVERS.default))
+    servers = int(PS_SERVERS.value_in(settings))
     return Traffic(2.0, pattern="parameter-server", servers=servers)

@@ -19,6 +19,7 @@ trainscale, so all three can use it.
 from __future__ import annotations
 
 from argparse import SUPPRESS
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -67,6 +68,10 @@ class Setting:
     @property
     def flag(self) -> str:
         return self.cli_flag or "--" + self.name.replace("_", "-")
+
+    def value_in(self, settings: Mapping) -> Any:
+        """Its value in `settings` (a record's, a run's knobs), else its default."""
+        return settings.get(self.name, self.default)
 
     def cli_text(self, value) -> str:
         """The value as `trainscale train` reads it back."""
