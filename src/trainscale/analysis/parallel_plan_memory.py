@@ -73,7 +73,7 @@ def memory(
                 keeps_outputs=pipelined,
                 master=deepspeed and config.shard_stage > 0,  # ZeRO's own clone
             ),  # fmt: skip
-            "gathered": gathered_bytes(framework, config, w, stage, knobs),
+            "gathered": gathered_bytes(framework, config, w, held, knobs),
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
             "reserved": budget.reserved_gib * 2**30,
         }
@@ -82,12 +82,13 @@ def memory(
     return worst
 
 
-def gathered_bytes(framework: str, config, workload, stage: int, knobs: Mapping = {}) -> float:
-    """The bytes of weights a ZeRO-3 or FSDP2 rank holds whole on pipeline
-    stage `stage`. FSDP2: two blocks' (the one computing and the one
-    prefetched; its root module, gathered from the first forward to the last
-    backward, is left out: the memory study finds it at the peak of
-    gpt2-small's runs and not of gpt-tiny's). DeepSpeed's ZeRO-3 releases a
+def gathered_bytes(framework: str, config, workload, held: int, knobs: Mapping = {}) -> float:
+    """The bytes of weights a ZeRO-3 or FSDP2 rank holds whole, of the
+    `held` parameters its pipeline stage has before the ZeRO split. FSDP2:
+    two blocks' (the one computing and the one prefetched; its root module,
+    gathered from the first forward to the last backward, is left out: the
+    memory study finds it at the peak of gpt2-small's runs and not of
+    gpt-tiny's). DeepSpeed's ZeRO-3 releases a
     gathered parameter only if its next use is further than
     ZERO_REUSE_DISTANCE's elements away: a block's next use is its
     backward, twice the rest of the model away, so at the default (10^9)
@@ -96,14 +97,10 @@ def gathered_bytes(framework: str, config, workload, stage: int, knobs: Mapping 
     step the peak falls is not known for either: counted at every phase."""
     if config.shard_stage != 3:
         return 0.0
-    w = workload
     if framework == "deepspeed":
-        held = rank_parameters(
-            w.model, w.seq_len, w.vocabulary, config.tensor, stage, config.pipeline
-        )
         reuse, live = (int(knob.value_in(knobs)) for knob in (ZERO_REUSE_DISTANCE, ZERO_MAX_LIVE))
         kept = min(held if 2 * held <= reuse else reuse / 2, live)
     else:
-        kept = 2 * block_linear_weights(gpt_shape(w.model), config.tensor)
+        kept = 2 * block_linear_weights(gpt_shape(workload.model), config.tensor)
     # Gathered in the run's type: DeepSpeed's 16-bit weights, FSDP2's param_dtype.
-    return BYTES[w.precision] * kept
+    return BYTES[workload.precision] * kept
