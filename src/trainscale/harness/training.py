@@ -16,6 +16,7 @@ from trainscale.catalogue.options import RunOptions
 from trainscale.catalogue.settings import RunSettings
 from trainscale.core import records
 from trainscale.core.gpu_monitor import GpuMonitor, combine, nvml_monitor
+from trainscale.core.heap import resume_collection
 from trainscale.core.isolation import image_label
 from trainscale.core.timing import (
     BlockBudget,
@@ -112,12 +113,12 @@ def train(settings: RunSettings, backend_class: type[Backend], options: RunOptio
     events = None
     try:
         backend.prepare()
+        resume_collection()  # the start-up's heap frozen (trainscale.core.heap)
         events = RunEvents(backend, options.output, created)
         initial_weights = backend.trainable_weights() if options.save_weights else None
         if settings.mode == "accuracy":
             backend.compile_untouched()
-        # An elastic framework's restart goes on from its saved state, with
-        # no warm-up: what it costs is the recovery's.
+        # An elastic restart goes on from its saved state: no warm-up, its cost the recovery's.
         first_step = events.restore()
         loss_value = None
         if settings.mode != "accuracy":

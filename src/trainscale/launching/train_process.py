@@ -20,7 +20,10 @@ def train_process(settings: RunSettings, options: RunOptions) -> int:
     """`trainscale train`: this process's part of the run (a role's serving,
     a driver's run, or the training loop); its exit code (EXIT_OOM when it
     ran out of memory, a result of the grid point and not a crash)."""
+    from trainscale.core.heap import pause_collection, resume_collection
     from trainscale.core.supervision import EXIT_OOM, OWN_OOM_SIGN, mark_first_to_die
+
+    pause_collection()  # until the model is built (trainscale.core.heap says why)
     from trainscale.frameworks import backend_class
     from trainscale.harness.training import OutOfMemory, train
 
@@ -34,8 +37,10 @@ def train_process(settings: RunSettings, options: RunOptions) -> int:
     role = run_role(settings)
     try:
         if role:  # a parameter server or a worker: serves until the chief ends
+            resume_collection()
             _call(role, settings, options)
         elif spec.driver:
+            resume_collection()
             _drive(spec.driver, settings, options)
         else:
             backend = backend_class(settings.framework)

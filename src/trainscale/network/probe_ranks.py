@@ -326,6 +326,7 @@ def sweep(ranks, largest: int, repetitions: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trainscale.core.heap import pause_collection, resume_collection
     from trainscale.core.records import atomic_write_json
 
     parser = argparse.ArgumentParser(prog="python -m trainscale.network.probe_ranks")
@@ -337,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks-per-node", type=int, default=1)
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
+    pause_collection()  # over the library's import and set-up (trainscale.core.heap)
     ranks = RANKS[args.transport](args.device, args.nodes, args.ranks_per_node)
+    resume_collection()
     result = sweep(ranks, args.largest_message_bytes, args.repetitions)
     ranks.close()
     if result:

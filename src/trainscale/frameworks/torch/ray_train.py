@@ -112,6 +112,9 @@ class RayTrainDDP(DistributedDataParallel):
 
 def _worker(config: dict) -> None:
     """One Ray Train worker: trainscale's training function, as torch-ddp's ranks run it."""
+    from trainscale.core.heap import pause_collection
+
+    pause_collection()  # until the model is built, as in every rank (trainscale.core.heap)
     from trainscale.catalogue.options import RunOptions
     from trainscale.catalogue.settings import RunSettings
     from trainscale.core.supervision import mark_first_to_die
