@@ -17,7 +17,7 @@ from trainscale.core.setting import Setting
 def fsdp_traffic(settings: Mapping) -> Traffic:
     # All-gather in forward, again in backward when forward resharded, and a
     # reduce-scatter of the gradients.
-    passes = 3.0 if settings.get("fsdp_reshard_after_forward", True) else 2.0
+    passes = 3.0 if FSDP_RESHARD.value_in(settings) else 2.0
     return sharded_traffic(passes, "FSDP")(settings)
 
 
@@ -31,7 +31,7 @@ def zero_traffic(settings: Mapping) -> Traffic:
     # all-gather the updated parameters (2 passes, as much as an all-reduce);
     # ZeRO-3 all-gathers the parameters in forward and again in backward, and
     # reduce-scatters the gradients (3). Rajbhandari et al., ZeRO, section 7.
-    stage = int(settings.get("zero_stage", 0))
+    stage = int(ZERO_STAGE.value_in(settings))
     if stage == 0:
         return Traffic(2.0)
     return sharded_traffic(3.0 if stage == 3 else 2.0, f"ZeRO-{stage}")(settings)
@@ -198,17 +198,16 @@ PS_KNOBS = (
 )
 
 
-FSDP_KNOBS = (
-    Setting(
-        "fsdp_reshard_after_forward",
-        bool,
-        True,
-        "torch-fsdp: free each block's gathered parameters after forward and gather "
-        "them again in backward (off: keep them until backward)",
-        axis=True,
-        group="communication",
-    ),
+FSDP_RESHARD = Setting(
+    "fsdp_reshard_after_forward",
+    bool,
+    True,
+    "torch-fsdp: free each block's gathered parameters after forward and gather "
+    "them again in backward (off: keep them until backward)",
+    axis=True,
+    group="communication",
 )
+FSDP_KNOBS = (FSDP_RESHARD,)
 
 
 ZERO_STAGE = Setting(
