@@ -97,12 +97,18 @@ class TorchDistributed(TorchBackend):
 
 
 def collectives_seen(profiler) -> dict[str, dict]:
-    """The process group's operations a torch profiler saw: {name: {calls, elements}}."""
+    """The process group's operations a torch profiler saw: {name: {calls, elements}}.
+
+    Read from the profiler's own events (kineto's), as `profiler.events()`
+    reads them before it builds its Python tree of every operator: a GPT
+    step's tree took seconds a rank to build (bench/README.md), for a few
+    names and shapes."""
     seen: dict[str, dict] = {}
-    for event in profiler.events():
-        if event.name.split(":")[0] in ("gloo", "nccl"):
-            elements = sum(int(np.prod(shape)) for shape in event.input_shapes if shape)
-            entry = seen.setdefault(event.name, {"calls": 0, "elements": 0})
+    for event in profiler.profiler.kineto_results.events():
+        name = event.name()
+        if name.split(":")[0] in ("gloo", "nccl") and not event.is_hidden_event():
+            elements = sum(int(np.prod(shape)) for shape in event.shapes() if shape)
+            entry = seen.setdefault(name, {"calls": 0, "elements": 0})
             entry["calls"] += 1
             entry["elements"] += elements
     return seen
