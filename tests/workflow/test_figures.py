@@ -263,6 +263,40 @@ def test_forty_frameworks_have_forty_colours_that_the_eye_tells_apart():
     assert distinct_colours(40)[:18] == distinct_colours(18)
 
 
+def test_the_theme_is_seaborns_and_drawing_imports_no_seaborn():
+    # The figures' look is seaborn's set_theme(whitegrid, paper, colorblind),
+    # kept as data so that drawing never imports seaborn (about a second a
+    # process with the scipy.stats it imports): held here to what seaborn sets.
+    import subprocess
+    import sys
+
+    import seaborn as sns
+
+    from trainscale.analysis.plotting import COLOR_CODES, COLORBLIND, THEME
+
+    codes = matplotlib.colors.colorConverter.colors
+    with matplotlib.rc_context():
+        plain, plain_codes = dict(plt.rcParams), {code: codes[code] for code in "bgrmyck"}
+        sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
+        themed = {k: v for k, v in plt.rcParams.items() if plain[k] != v}
+        themed_codes = {code: to_hex(codes[code]) for code in "bgrmyck"}
+        codes.update(plain_codes)  # as matplotlib has them, for the other tests
+    assert {code: to_hex(colour) for code, colour in COLOR_CODES.items()} == themed_codes
+    del themed["image.cmap"]  # seaborn's own colormap; no figure draws an image
+    assert set(THEME) == set(themed)
+    for key, value in THEME.items():
+        ours = plt.rcParams.validate[key](value)
+        if key == "axes.prop_cycle":
+            ours = [to_hex(c["color"]) for c in ours]
+            themed[key] = [to_hex(c["color"]) for c in themed[key]]
+        expected = pytest.approx(themed[key]) if isinstance(ours, float) else themed[key]
+        assert ours == expected, key
+    assert [to_hex(c) for c in sns.color_palette("colorblind", 10)] == list(COLORBLIND)
+    imports = "import sys, trainscale.analysis.figures; print('seaborn' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", imports], capture_output=True, text=True,
+                          check=True).stdout.split() == ["False"]  # fmt: skip
+
+
 def test_the_refactoring_trade_off_draws_a_study_whose_every_run_failed(tmp_path):
     # No ok run: one empty panel, which says so (the workflow's figures rule
     # still writes every figure; a retry-then-fail study is such a study).

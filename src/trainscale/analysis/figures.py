@@ -23,7 +23,7 @@ from trainscale.analysis.plotting import (
     plot,
     plt,
     plural,
-    sns,
+    set_theme,
     variant_style,
     wrapped,
 )
@@ -233,7 +233,7 @@ def predicted(series_list, fitted: dict, table: pd.DataFrame, paths: list[str]):
     (hollow circles where it assumes what no cell measured), and the ideal
     line (the 1-GPU rate times the GPUs)."""
     shown = [s for s in series_list if s in fitted and not isinstance(fitted[s], str)]
-    sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
+    set_theme()
     columns = min(3, max(1, len(shown)))
     rows = -(-max(1, len(shown)) // columns)
     fig, axes = plt.subplots(

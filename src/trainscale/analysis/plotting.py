@@ -1,6 +1,7 @@
 """The drawing every figure of trainscale.analysis.figures shares: one panel per
 (model, batch size, shared knobs), one line per series in a fixed colour and
-marker, one legend, written as PNG and PDF atomically. matplotlib + seaborn.
+marker, one legend, written as PNG and PDF atomically. matplotlib, in
+seaborn's look (THEME).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ matplotlib.use("Agg")  # files only, no display (clusters and CI have none)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 from trainscale.analysis.tables import PANEL  # noqa: E402
 from trainscale.analysis.tidy import series_label  # noqa: E402
@@ -26,6 +26,56 @@ THROUGHPUT = "Throughput (images/sec, all GPUs)"
 MARKERS = ("o", "s", "D", "^", "v", "P", "*", "X", "h", "p", "<", ">", "d", "H", "8")
 # A colour for a line on white: neither faint nor next to black.
 LINE_LIGHTNESS = (25.0, 70.0)  # CIELAB L*
+
+# seaborn 0.13's colorblind palette, and what its set_theme(style="whitegrid",
+# context="paper", palette="colorblind") sets, as data: importing seaborn
+# (and scipy.stats with it) took about a second of every process that draws
+# (bench/README.md). tests/workflow/test_figures.py holds both to seaborn's.
+COLORBLIND = (
+    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc",
+    "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9",
+)  # fmt: skip
+_TICKS = {"color": ".15", "major.size": 4.8, "major.width": 1.0}
+_TICKS.update({"minor.size": 3.2, "minor.width": 0.8, "labelsize": 8.8})
+THEME = {
+    **{f"xtick.{key}": value for key, value in _TICKS.items()},
+    **{f"ytick.{key}": value for key, value in _TICKS.items()},
+    "xtick.bottom": False,
+    "ytick.left": False,
+    "axes.axisbelow": True,
+    "axes.edgecolor": ".8",
+    "axes.grid": True,
+    "axes.labelcolor": ".15",
+    "axes.labelsize": 9.6,
+    "axes.linewidth": 1.0,
+    "axes.prop_cycle": matplotlib.cycler(color=COLORBLIND),
+    "axes.titlesize": 9.6,
+    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans"]
+    + ["sans-serif"],
+    "font.size": 9.6,
+    "grid.color": ".8",
+    "legend.fontsize": 8.8,
+    "legend.title_fontsize": 9.6,
+    "lines.linewidth": 1.2,
+    "lines.markersize": 4.8,
+    "lines.solid_capstyle": "round",
+    "patch.edgecolor": "w",
+    "patch.force_edgecolor": True,
+    "patch.linewidth": 0.8,
+    "text.color": ".15",
+}
+
+
+# set_theme's colour codes too: "k" (an error bar's default colour) a dark
+# grey, "bgrmyc" the palette's (seaborn's colorblind6).
+COLOR_CODES = dict(zip("bgrmyc", (COLORBLIND[i] for i in (0, 2, 3, 4, 8, 9))), k=(0.1, 0.1, 0.1))
+
+
+def set_theme() -> None:
+    """Every figure's look: THEME and COLOR_CODES (seaborn's whitegrid, paper, colorblind)."""
+    plt.rcParams.update(THEME)
+    for code, colour in COLOR_CODES.items():
+        matplotlib.colors.colorConverter.colors[code] = matplotlib.colors.to_rgb(colour)
 
 
 def _cielab(rgb) -> np.ndarray:
@@ -54,7 +104,7 @@ def distinct_colours(count: int) -> tuple:
     lab = _cielab(grid)
     line = (lab[:, 0] >= LINE_LIGHTNESS[0]) & (lab[:, 0] <= LINE_LIGHTNESS[1])
     grid, lab = grid[line], lab[line]
-    chosen = [tuple(float(x) for x in c) for c in sns.color_palette("colorblind", 4)][:count]
+    chosen = [matplotlib.colors.to_rgb(c) for c in COLORBLIND[:4]][:count]
     nearest = np.full(len(grid), np.inf)
     for colour in chosen:
         nearest = np.minimum(nearest, np.linalg.norm(lab - _cielab(colour), axis=-1))
@@ -111,7 +161,7 @@ def panels_of(frame: pd.DataFrame):
     would otherwise draw hundreds of lines with a legend larger than the plot.
     Yields (axes, that variant's rows); the figure is the first thing yielded.
     """
-    sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
+    set_theme()
     variants = sorted(frame[PANEL].drop_duplicates().itertuples(index=False))
     count = max(1, len(variants))
     columns = min(4, count)
