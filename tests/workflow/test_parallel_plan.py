@@ -15,6 +15,7 @@ from conftest import REPO, copy_repository, load_yaml, snakemake
 
 from trainscale.analysis.memory_model import (
     activation_bytes,
+    block_parameters,
     peak_tensor_bytes,
     rank_parameters,
 )
@@ -114,10 +115,18 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     # parameters a rank updates (its shard under ZeRO-3).
     short = Workload("gpt-mini", 16, 1000, global_batch=4, precision="fp32")
     logits = 1 * 16 * 1000 * 4
-    for stage, shards in ((0, 1), (3, 4)):
-        held = memory(Configuration(4, 1, 1, stage), short, NO_RUNTIME)
+    for framework, shards in (("torch-ddp", 1), ("deepspeed", 4)):
+        held = memory(Configuration(4, 1, 1, 3 * (shards > 1)), short, NO_RUNTIME, framework)
         assert held["activations"] == 0 and held["gradients"] > 0
         assert held["transients"] == 4 * parameter_count("gpt-mini", 16, 1000) / shards + logits
+    # FSDP2's fullest moment there is its largest unit's reduce, a block's
+    # with this vocabulary (memory_model.unit_reduce_phases): the logits held
+    # and the block's whole gradient twice over NCCL (autograd's, the
+    # reduce-scatter's input), three times over gloo (its clone to all-reduce).
+    block = 4 * block_parameters(GPT_SHAPES["gpt-mini"])
+    for collectives, copies in (("nccl", 2), ("gloo", 3)):
+        held = memory(Configuration(4, 1, 1, 3), short, NO_RUNTIME, collectives=collectives)
+        assert held["activations"] == 0 and held["transients"] == logits + copies * block
 
 
 def test_the_stages_flops_add_up_to_the_models():

@@ -107,11 +107,19 @@ def test_the_memory_study_measures_every_scheme_at_every_size(study):
         assert ddp.loc[model, "predicted_buffers_bytes"] == 4 * parameter_count(model, 32, 50257)
     # The step's peaks (memory_model.peak_phase) bring DDP and tensor
     # parallelism within 15 % too (measured: +1.2 and -6.9 %, +1.1 and
-    # +7.1 %); FSDP2 on gpt-mini stays under (-23 %): its all-gather and
-    # reduce-scatter buffers and unsharded root are not counted yet.
-    # (A run whose timeline could not be counted has no row: pass 20 lost
-    # tensor parallelism's gpt-tiny one.)
+    # +7.1 %). (A run whose timeline could not be counted has no row: pass
+    # 20 lost tensor parallelism's gpt-tiny one.)
     for scheme in ("PyTorch DDP", "PyTorch tensor parallel"):
         errors = check.loc[check["framework"] == scheme, "error_percent"]
         assert len(errors) >= 1 and (errors.abs() < 15).all(), (scheme, errors)
     assert (check["predicted_transients_bytes"] > 0).all()
+    # FSDP2 wherever torch 2.13's timeline counted a rank (its data flow
+    # asserts "version mismatch" on about half of FSDP2's ranks): gpt-mini's
+    # peak is the token embedding's reduce over gloo, the logits held and
+    # the unit's whole gradient three times (autograd's, the reduce-scatter's
+    # input, gloo's clone of it to all-reduce), -23 % before they were counted.
+    fsdp2 = check[check["framework"] == "PyTorch FSDP2"].set_index("model")
+    assert (fsdp2["error_percent"].abs() < 15).all(), fsdp2
+    if "gpt-mini" in fsdp2.index:
+        logits, embedding = 4 * 2 * 32 * 50257, 4 * 50257 * 256
+        assert fsdp2.loc["gpt-mini", "predicted_transients_bytes"] == logits + 3 * embedding

@@ -47,12 +47,15 @@ def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
     found = []
     for _, row in tidy[(tidy["status"] == "ok") & tidy["record"].notna()].iterrows():
         record = read_record(row["record"])
+        settings = record["settings"]
         measured, ranks = record.get("peak_tensor_bytes"), int(row["gpus"])
-        config = configuration_of(row["framework"], ranks, record["settings"])
+        config = configuration_of(row["framework"], ranks, settings)
         if not measured or config is None:
             continue
-        workload = workload_of(record["settings"], ranks)
-        held = memory(config, workload, MemoryBudget(0.0), row["framework"], record["settings"])
+        workload = workload_of(settings, ranks)
+        # A CPU run's collectives are gloo's (a GPU run's NCCL's).
+        collectives = "gloo" if settings.get("device") == "cpu" else "nccl"
+        held = memory(config, workload, MemoryBudget(0.0), row["framework"], settings, collectives)
         predicted = sum(held.values())
         found.append(
             {

@@ -38,7 +38,9 @@ freed and its gradient made (with a small vocabulary, the larger); or the
 optimizer's update, the activations freed, every gradient there, the logits
 still held and, for Adam (torch's foreach implementation), a temporary the
 size of the parameters a rank updates (the square root of the second
-moment).
+moment). FSDP2 adds two (unit_reduce_phases): it reduce-scatters each
+unit's gradient (a block, the embedding, the head) as backward makes it,
+and while one reduces, the unit's whole gradient is held in copies.
 """
 
 from __future__ import annotations
@@ -280,12 +282,15 @@ def stage_peak(
     shard_stage: int = 0,
     keeps_outputs: bool = False,
     master: bool = False,
+    reduce_copies: int = 0,
 ) -> dict[str, float]:
     """One pipeline stage's rank at its step's peak, by kind (peak_phase):
     its model states after the tensor, pipeline and ZeRO splits
     (model_state_bytes, with `master`), the activations of the microbatches
     in flight, and the step's transients; `keeps_outputs`: a pipeline
-    schedule keeps every microbatch's logits on its last stage."""
+    schedule keeps every microbatch's logits on its last stage;
+    `reduce_copies`: FSDP2's copies of a unit's gradient while it reduces
+    (unit_reduce_phases; 0: no FSDP2)."""
     parameters = rank_parameters(model, seq_len, vocabulary, tensor_ranks, stage, stages)
     states = model_state_bytes(parameters, optimizer, weights, data_parallel, shard_stage, master)
     kept = activation_bytes(
@@ -297,7 +302,14 @@ def stage_peak(
     outputs = microbatches * logits if keeps_outputs else 0
     updated = parameters / (data_parallel if shard_stage else 1)  # the optimizer's share
     first = first_gradient_bytes(model, vocabulary, tensor_ranks, stage, stages)
-    return peak_phase(states, kept, logits, updated, optimizer, first, outputs)
+    reduces = ()
+    if reduce_copies:
+        embedding = BYTES["fp32"] * gpt_shape(model).width * vocabulary * (stage == 0)
+        held = outputs or logits
+        reduces = unit_reduce_phases(
+            states, kept, held, first, embedding, reduce_copies, data_parallel
+        )
+    return peak_phase(states, kept, logits, updated, optimizer, first, outputs, reduces)
 
 
 def peak_phase(
@@ -308,6 +320,7 @@ def peak_phase(
     optimizer: str,
     first_gradients: tuple[float, float] = (0.0, 0.0),
     kept_outputs: int = 0,
+    more_phases: tuple[dict, ...] = (),
 ) -> dict[str, float]:
     """What a rank holds at its step's peak, by kind (states: model_state_bytes'),
     the largest of the three moments of the module's docstring. `logits`:
@@ -317,7 +330,8 @@ def peak_phase(
     the first made (first_gradient_bytes); `kept_outputs`: a pipeline
     schedule's kept outputs (every microbatch's logits, merged when the
     schedule's step returns, before the update), which stand for the logits
-    a plain step holds through its update."""
+    a plain step holds through its update; `more_phases`: a scheme's own
+    moments (unit_reduce_phases)."""
     head, block = first_gradients
     held = kept_outputs or logits
     loss = {**states, "gradients": head, "activations": activations}
@@ -325,7 +339,38 @@ def peak_phase(
     blocks = {**loss, "gradients": head + block, "transients": held}
     temporary = BYTES["fp32"] * parameters_updated if optimizer == "adam" else 0
     update = {**states, "activations": 0.0, "transients": temporary + (0 if kept_outputs else held)}
-    return max(loss, blocks, update, key=lambda phase: sum(phase.values()))
+    return max(loss, blocks, update, *more_phases, key=lambda phase: sum(phase.values()))
+
+
+def unit_reduce_phases(
+    states: dict,
+    activations: float,
+    held: int,
+    first_gradients: tuple[float, float],
+    embedding: float,
+    copies: int,
+    ranks: int,
+) -> tuple[dict, dict]:
+    """FSDP2's two fullest moments, as torch's memory timeline shows them
+    (torch.distributed.fsdp's foreach_reduce): a unit's reduce holds its
+    whole gradient `copies` times (autograd's, which is still referenced,
+    and the reduce-scatter's input it is copied into: 2; gloo, which has no
+    reduce-scatter, clones that input to all-reduce it: 3), beside the
+    `held` logits. Backward's first reduces (the head's, then the last
+    block's) come with every activation still kept but log-softmax's output
+    (the loss's backward has freed it: the size of the logits) and those
+    two units' gradient shards made; the last (the token embedding's, whole
+    `embedding` bytes, the largest unit with a GPT-2 vocabulary) with the
+    activations freed and every shard made."""
+    head, block = first_gradients
+    first = {
+        **states,
+        "gradients": (head + block) / ranks,
+        "activations": max(0, activations - held),
+        "transients": held + copies * max(head, block),
+    }
+    last = {**states, "activations": 0.0, "transients": held + copies * max(embedding, block)}
+    return first, last
 
 
 def first_gradient_bytes(

@@ -314,7 +314,7 @@ def plan_one(
     """One configuration's memory and step; with a 95 % band where `draws`
     (the terms refitted to redrawn records) are given."""
     tokens = workload.global_batch * workload.seq_len
-    held = memory(config, workload, budget)
+    held = memory(config, workload, budget, collectives=cluster.collectives)
     seconds = step_terms(config, cluster, workload, terms)
     rates = tuple(tokens / sum(step_terms(config, cluster, workload, d).values()) for d in draws)
     usable = (1 - budget.headroom) * cluster.device_memory_gib * 2**30

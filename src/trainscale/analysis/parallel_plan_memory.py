@@ -28,6 +28,7 @@ def memory(
     budget,
     framework: str | None = None,
     knobs: Mapping = {},
+    collectives: str = "nccl",
 ) -> dict[str, float]:
     """Bytes one rank holds at most, at its pipeline's fullest stage: model
     states (DeepSpeed keeps its weights in the run's precision and an fp32
@@ -37,7 +38,9 @@ def memory(
     pipeline's kept outputs among them); the weights ZeRO-3 and FSDP2 hold
     gathered (gathered_bytes); the framework's own buffers
     (memory_model.buffer_bytes: `framework`, else the first that runs the
-    configuration, with a run's `knobs`) and the runtime's own."""
+    configuration, with a run's `knobs`) and the runtime's own.
+    `collectives`: the library (parallel_plan.Cluster's), for FSDP2's
+    copies of a unit's gradient while it reduces."""
     w = workload
     runs = config.frameworks()
     framework = framework or (runs[0][0] if runs else "")
@@ -48,6 +51,9 @@ def memory(
     # torch's schedule keeps every microbatch's output (the last stage's
     # logits) to merge them when its step returns.
     pipelined = config.pipeline > 1 or framework == "torch-pipeline"
+    reduce_copies = 0
+    if config.shard_stage == 3 and not deepspeed:  # FSDP2
+        reduce_copies = 3 if collectives == "gloo" and config.data > 1 else 2
     worst: dict[str, float] = {}
     for stage in range(config.pipeline):
         held = rank_parameters(
@@ -72,6 +78,7 @@ def memory(
                 config.shard_stage,
                 keeps_outputs=pipelined,
                 master=deepspeed and config.shard_stage > 0,  # ZeRO's own clone
+                reduce_copies=reduce_copies,
             ),  # fmt: skip
             "gathered": gathered_bytes(framework, config, w, held, knobs),
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
@@ -85,10 +92,9 @@ def memory(
 def gathered_bytes(framework: str, config, workload, held: int, knobs: Mapping = {}) -> float:
     """The bytes of weights a ZeRO-3 or FSDP2 rank holds whole, of the
     `held` parameters its pipeline stage has before the ZeRO split. FSDP2:
-    two blocks' (the one computing and the one prefetched; its root module,
-    gathered from the first forward to the last backward, is left out: the
-    memory study finds it at the peak of gpt2-small's runs and not of
-    gpt-tiny's). DeepSpeed's ZeRO-3 releases a
+    two blocks' (the one computing and the one prefetched; its embedding
+    and head are units of their own, and their whole gradients while they
+    reduce are memory_model.unit_reduce_phases'). DeepSpeed's ZeRO-3 releases a
     gathered parameter only if its next use is further than
     ZERO_REUSE_DISTANCE's elements away: a block's next use is its
     backward, twice the rest of the model away, so at the default (10^9)
