@@ -37,10 +37,8 @@ def memory(
     transients, at the largest of its peaks (memory_model.peak_phase: a
     pipeline's kept outputs among them); the weights ZeRO-3 and FSDP2 hold
     gathered (gathered_bytes); the framework's own buffers
-    (memory_model.buffer_bytes: `framework`, else the first that runs the
-    configuration, with a run's `knobs`) and the runtime's own.
-    `collectives`: the library (parallel_plan.Cluster's), for FSDP2's
-    copies of a unit's gradient while it reduces."""
+    (memory_model.buffer_bytes: `framework`, else the first that runs it,
+    a run's `knobs`), the runtime's; FSDP2's over `collectives` (reduce_copies)."""
     w = workload
     runs = config.frameworks()
     framework = framework or (runs[0][0] if runs else "")
@@ -51,9 +49,6 @@ def memory(
     # torch's schedule keeps every microbatch's output (the last stage's
     # logits) to merge them when its step returns.
     pipelined = config.pipeline > 1 or framework == "torch-pipeline"
-    reduce_copies = 0
-    if config.shard_stage == 3 and not deepspeed:  # FSDP2
-        reduce_copies = 3 if collectives == "gloo" and config.data > 1 else 2
     worst: dict[str, float] = {}
     for stage in range(config.pipeline):
         held = rank_parameters(
@@ -78,7 +73,7 @@ def memory(
                 config.shard_stage,
                 keeps_outputs=pipelined,
                 master=deepspeed and config.shard_stage > 0,  # ZeRO's own clone
-                reduce_copies=reduce_copies,
+                reduce_copies=reduce_copies(config, deepspeed, collectives),
             ),  # fmt: skip
             "gathered": gathered_bytes(framework, config, w, held, knobs),
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
@@ -87,6 +82,15 @@ def memory(
         if sum(held_bytes.values()) > sum(worst.values()):
             worst = held_bytes
     return worst
+
+
+def reduce_copies(config, deepspeed: bool, collectives: str) -> int:
+    """FSDP2's copies of a unit's whole gradient while it reduces
+    (memory_model.unit_reduce_phases): autograd's and the reduce-scatter's
+    input, and gloo's clone of that input past one rank; 0 for any other scheme."""
+    if config.shard_stage != 3 or deepspeed:
+        return 0
+    return 3 if collectives == "gloo" and config.data > 1 else 2
 
 
 def gathered_bytes(framework: str, config, workload, held: int, knobs: Mapping = {}) -> float:
