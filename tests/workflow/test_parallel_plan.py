@@ -115,8 +115,8 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     # parameters a rank updates (its shard under ZeRO-3).
     short = Workload("gpt-mini", 16, 1000, global_batch=4, precision="fp32")
     logits = 1 * 16 * 1000 * 4
-    for framework, shards in (("torch-ddp", 1), ("deepspeed", 4)):
-        held = memory(Configuration(4, 1, 1, 3 * (shards > 1)), short, NO_RUNTIME, framework)
+    for framework, stage, shards in (("torch-ddp", 0, 1), ("deepspeed", 3, 4)):
+        held = memory(Configuration(4, 1, 1, stage), short, NO_RUNTIME, framework)
         assert held["activations"] == 0 and held["gradients"] > 0
         assert held["transients"] == 4 * parameter_count("gpt-mini", 16, 1000) / shards + logits
     # FSDP2's fullest moment there is its largest unit's reduce, a block's
