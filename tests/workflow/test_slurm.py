@@ -215,8 +215,8 @@ def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab_campaig
     assert returncode == 0, output[-4000:]
     record = records(study.repo, "slurm-lab-limit")["horovod/small_cnn/b16/n1g1r1.json"]
     assert record["status"] == "timeout" and record["images_per_sec"] is None
-    # At least the floor, and ended well before the 120 s limit.
-    assert 30 <= record["elapsed_seconds"] < 90
+    # At least the floor, and ended well before the 240 s limit.
+    assert 30 <= record["elapsed_seconds"] < 200
     # Its rank froze in its timed steps (the study's stop fault) and never woke.
     runs = Path(study.repo, "results/slurm-lab-limit/runs/horovod/small_cnn/b16")
     events = [e["event"] for e in read_timeline(str(runs / "n1g1r1.json.timeline.jsonl"))]
