@@ -293,6 +293,10 @@ def lab_has_cgroups() -> bool:
     return path.exists() and path.read_text().strip() == "1"
 
 
+# The time-limit study's SLURM limit (side_studies; test_slurm bounds its run by it).
+TIME_LIMIT_MINUTES = 4
+
+
 def side_studies() -> dict[str, dict]:
     """The studies beside the lab study, each showing one way a point ends."""
     gloo = study_config(study="slurm-lab-gloo", benchmark__horovod_launcher="gloo")
@@ -312,13 +316,14 @@ def side_studies() -> dict[str, dict]:
     # rank freezes (SIGSTOP) a second into its timed steps, for longer than
     # the limit: a hung run reaches the limit as an endless one does, without
     # spending cores the other studies' jobs need. The watchdog's ~160 s must
-    # outlast the rank's start-up to its timed steps on a loaded slow VM (over
-    # 40 s seen) several times over; the frozen rank costs no CPU meanwhile.
+    # outlast the rank's start-up to its timed steps on a loaded slow VM
+    # several times over (a 2-minute limit's ~40 s did not, on a slow EPYC);
+    # the frozen rank costs no CPU meanwhile.
     limit = study_config(study="slurm-lab-limit", train_retries=0)
     limit["benchmark"].update(
         data_dir="results/slurm-lab-limit/data", blocks=1000000, fault="stop-rank0-at1s-for600s"
     )
-    limit["cluster"]["runtime_minutes"] = 4
+    limit["cluster"]["runtime_minutes"] = TIME_LIMIT_MINUTES
     limit["grid"].update(framework=["horovod"], nodes=[1], gpus_per_node=[1])
     limit["constraints"] = {}  # the lab study's are about its own grid
     # cluster.environment_check: node, and a training environment not there.
