@@ -58,7 +58,13 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     # The model's count, and DDP's buckets: a second copy of the gradients.
     gradient = 4 * parameter_count("gpt-mini", 128, 1000)
     assert ddp["buffers"] == gradient
-    assert sum(ddp.values()) - ddp["buffers"] == peak_tensor_bytes("gpt-mini", 8, 128, 1000)
+    # And one fp32 tensor of the token embedding's size, held at the peak or
+    # not by the ranks' timing (timing_bytes): none on one device.
+    width = GPT_SHAPES["gpt-mini"].width
+    assert ddp["timing"] == 4 * width * 1000
+    assert memory(Configuration(1, 1, 1, 0), w, NO_RUNTIME)["timing"] == 0
+    rest = sum(ddp.values()) - ddp["buffers"] - ddp["timing"]
+    assert rest == peak_tensor_bytes("gpt-mini", 8, 128, 1000)
     # DeepSpeed's ZeRO-1 holds its reduce bucket whole (the declared default
     # unless the run's knobs say otherwise), in the weights' 16-bit type.
     bf16 = dataclasses.replace(w, precision="bf16")
@@ -71,7 +77,6 @@ def test_a_data_parallel_rank_holds_what_the_memory_model_counts():
     zero3 = memory(Configuration(4, 1, 1, 3), w, NO_RUNTIME)
     for kind in ("parameters", "optimizer"):
         assert zero3[kind] == pytest.approx(ddp[kind] / 4)
-    width = GPT_SHAPES["gpt-mini"].width
     assert zero3["gathered"] == 2 * 4 * 12 * width * width
     assert zero3["activations"] == ddp["activations"]
     # DeepSpeed's ZeRO-3 keeps gathered every weight it uses again within

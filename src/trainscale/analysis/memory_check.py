@@ -3,7 +3,10 @@ row per run measured with `--tensor-memory` (a record's peak_tensor_bytes:
 torch's memory timeline over one step after the timed ones, the live tensor
 bytes at its peak), beside the bytes a rank `trainscale plan` counts for the
 same configuration (trainscale.analysis.parallel_plan_memory.memory, with no
-runtime reserve: the timeline counts tensors only).
+runtime reserve: the timeline counts tensors only). Where the model's peak
+holds some bytes or not by the ranks' timing (its `timing` kind), the
+prediction is a range, `predicted_bytes` its top, and a measure inside it
+is no error; outside, the error is against the nearer end (range_error).
 
 On a CPU a record's peak memory is the process's resident set (libraries,
 the C library's freed pages), which the model does not count; the live
@@ -29,10 +32,11 @@ COLUMNS = [
     "predicted_transients_bytes",
     "predicted_gathered_bytes",
     "predicted_buffers_bytes",
+    "predicted_timing_bytes",
 ]
 # The plan's memory kinds that are model states (memory_model.model_state_bytes).
 STATES = ("parameters", "gradients", "optimizer")
-OTHER_KINDS = ("activations", "transients", "gathered", "buffers")
+OTHER_KINDS = ("activations", "transients", "gathered", "buffers", "timing")
 
 
 def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
@@ -65,9 +69,16 @@ def memory_check_rows(tidy: pd.DataFrame) -> pd.DataFrame:
                 "configuration": config.name,
                 "measured_bytes": measured,
                 "predicted_bytes": int(predicted),
-                "error_percent": round(100 * (predicted / measured - 1), 1),
+                "error_percent": range_error(measured, predicted - held["timing"], predicted),
                 "predicted_states_bytes": int(sum(held[kind] for kind in STATES)),
                 **{f"predicted_{kind}_bytes": int(held[kind]) for kind in OTHER_KINDS},
             }
         )
     return pd.DataFrame(found, columns=COLUMNS)
+
+
+def range_error(measured: float, low: float, high: float) -> float:
+    """Percent by which [low, high] misses `measured`: 0 inside it, else
+    against its nearer end (negative: the model predicts too little)."""
+    nearer = min(max(measured, low), high)
+    return round(100 * (nearer / measured - 1), 1)

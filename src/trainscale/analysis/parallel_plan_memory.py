@@ -38,7 +38,8 @@ def memory(
     pipeline's kept outputs among them); the weights ZeRO-3 and FSDP2 hold
     gathered (gathered_bytes); the framework's own buffers
     (memory_model.buffer_bytes: `framework`, else the first that runs it,
-    a run's `knobs`), the runtime's; FSDP2's over `collectives` (reduce_copies)."""
+    a run's `knobs`), the runtime's; FSDP2's over `collectives` (reduce_copies),
+    and what its peak holds or not by its ranks' timing (timing_bytes)."""
     w = workload
     runs = config.frameworks()
     framework = framework or (runs[0][0] if runs else "")
@@ -77,6 +78,7 @@ def memory(
             ),  # fmt: skip
             "gathered": gathered_bytes(framework, config, w, held, knobs),
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
+            "timing": timing_bytes(config, w, stage, deepspeed, collectives),
             "reserved": budget.reserved_gib * 2**30,
         }
         if sum(held_bytes.values()) > sum(worst.values()):
@@ -91,6 +93,24 @@ def reduce_copies(config, deepspeed: bool, collectives: str) -> int:
     if config.shard_stage != 3 or deepspeed:
         return 0
     return 3 if collectives == "gloo" and config.data > 1 else 2
+
+
+def timing_bytes(config, workload, stage: int, deepspeed: bool, collectives: str) -> float:
+    """Bytes a rank's peak holds or not by its ranks' timing: one tensor the
+    size of the token embedding, the largest unit with a GPT-2 vocabulary.
+    torch's memory timeline of gpt-tiny over gloo (2 ranks of one run)
+    showed one rank holding it at the peak and the other not, for DDP and
+    tensor parallelism (a gradient of its size) and FSDP2 (its root unit's
+    gathered embedding, freed before that unit's reduce or after:
+    memory_model.unit_reduce_phases); bench/README.md. Counted in fp32
+    (FSDP2's gathered weight: the run's type) on the first stage, which
+    holds the embedding, of a torch configuration of more than one data or
+    tensor rank; DeepSpeed's peak is its buffers' and showed no such step."""
+    if deepspeed or stage or config.data * config.tensor == 1:
+        return 0.0
+    fsdp2 = reduce_copies(config, deepspeed, collectives) > 0
+    size = BYTES[workload.precision] if fsdp2 else BYTES["fp32"]
+    return size * gpt_shape(workload.model).width * workload.vocabulary
 
 
 def gathered_bytes(framework: str, config, workload, held: int, knobs: Mapping = {}) -> float:
