@@ -55,27 +55,16 @@ def memory(
         held = rank_parameters(
             w.model, w.seq_len, w.vocabulary, config.tensor, stage, config.pipeline
         )
+        peak = stage_peak(
+            w.model, microbatch, w.seq_len, w.vocabulary, w.optimizer, w.precision,
+            config.checkpointing, config.tensor, stage, config.pipeline,
+            config.microbatches, config.schedule, weights, config.data, config.shard_stage,
+            keeps_outputs=pipelined,
+            master=deepspeed and config.shard_stage > 0,  # ZeRO's own clone
+            reduce_copies=reduce_copies(config, deepspeed, collectives),
+        )  # fmt: skip
         held_bytes = {
-            **stage_peak(
-                w.model,
-                microbatch,
-                w.seq_len,
-                w.vocabulary,
-                w.optimizer,
-                w.precision,
-                config.checkpointing,
-                config.tensor,
-                stage,
-                config.pipeline,
-                config.microbatches,
-                config.schedule,
-                weights,
-                config.data,
-                config.shard_stage,
-                keeps_outputs=pipelined,
-                master=deepspeed and config.shard_stage > 0,  # ZeRO's own clone
-                reduce_copies=reduce_copies(config, deepspeed, collectives),
-            ),  # fmt: skip
+            **peak,
             "gathered": gathered_bytes(framework, config, w, held, knobs),
             "buffers": buffer_bytes(framework, held, weights, config.shard_stage, knobs),
             "timing": timing_bytes(config, w, stage, deepspeed, collectives),
