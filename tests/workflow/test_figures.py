@@ -276,6 +276,9 @@ def test_the_theme_is_seaborns_and_drawing_imports_no_seaborn():
 
     codes = matplotlib.colors.colorConverter.colors
     with matplotlib.rc_context():
+        # From matplotlib's defaults: a figure drawn earlier in this process
+        # may have left the theme in rcParams.
+        plt.rcdefaults()
         plain, plain_codes = dict(plt.rcParams), {code: codes[code] for code in "bgrmyck"}
         sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
         themed = {k: v for k, v in plt.rcParams.items() if plain[k] != v}
