@@ -63,14 +63,18 @@ def local_study(repo: str, study: dict) -> list[str]:
     return ["--profile", "profiles/local", "--configfile", name]
 
 
-def run_study_in_a_copy(run_store, study: dict, timeout: float = 1200) -> str:
-    """`study` run through the local profile in a fresh copy of the workflow,
-    once for the pytest run (its tests on either pytest-xdist worker read
-    it), which must succeed; its results folder."""
+def run_study_in_a_copy(
+    run_store, study: dict, until: tuple[str, ...], timeout: float = 1200
+) -> str:
+    """`study` run through the local profile in a fresh copy of the workflow
+    up to the rules `until` (the analyses its tests read: the local study
+    runs every rule), once for the pytest run (its tests on either
+    pytest-xdist worker read it), which must succeed; its results folder."""
 
     def run(folder: str) -> dict:
         repo = copy_repository(os.path.join(folder, "repo"))
-        result = snakemake(repo, *local_study(repo, study), timeout=timeout)
+        args = [*local_study(repo, study), "--until", *until]
+        result = snakemake(repo, *args, timeout=timeout)
         assert result.returncode == 0, result.stderr[-4000:]
         return {"results": os.path.join(repo, "results", study["study"])}
 

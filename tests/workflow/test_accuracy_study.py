@@ -48,7 +48,7 @@ STUDY = {
 
 @pytest.fixture(scope="module")
 def study(run_store):
-    return run_study_in_a_copy(run_store, STUDY)
+    return run_study_in_a_copy(run_store, STUDY, until=("accuracy",))
 
 
 def _records(folder):

@@ -30,7 +30,7 @@ def test_a_point_that_keeps_failing_is_retried_then_recorded_as_failed(tmp_path)
         constraints={},
     )
     del study["benchmark"]["data_dir"], study["benchmark"]["generate_cifar100_images"]
-    args = local_study(repo, study)
+    args = [*local_study(repo, study), "--until", "tables"]  # what it reads
     result = snakemake(repo, *args)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
@@ -122,7 +122,7 @@ def test_a_job_killed_on_its_last_attempt_is_recorded_as_failed(tmp_path):
         train_retries=0,
         constraints={},
     )
-    args = local_study(repo, study)
+    args = [*local_study(repo, study), "--until", "tables"]  # what it reads
     snakemake_run = start_snakemake(repo, *args)
     try:
         _wait_for_a_point_in_its_timed_blocks(repo, snakemake_run)
@@ -213,7 +213,7 @@ def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path):
         # No retries: a job cancelled by Ctrl-C is not a failure to record.
         train_retries=0,
     )
-    args = local_study(repo, study)
+    args = [*local_study(repo, study), "--until", "collect"]  # what it reads
     runs = Path(repo, "results", "interrupted", "runs")
 
     written = _interrupt(repo, args, signal.SIGINT, runs)

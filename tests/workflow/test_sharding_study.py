@@ -41,7 +41,7 @@ STUDY = {
 
 @pytest.fixture(scope="module")
 def study(run_store):
-    return run_study_in_a_copy(run_store, STUDY)
+    return run_study_in_a_copy(run_store, STUDY, until=("sharding",))
 
 
 @pytest.mark.slow
