@@ -201,7 +201,7 @@ def test_an_interrupted_study_leaves_no_half_result_and_resumes(tmp_path):
     inside another: each time what is written is whole, and the next run
     trains only what is missing. One study, interrupted twice: over a
     minute for its 3 points' trainings (two of them cut short), 3 runs of
-    Snakemake and the analysis once."""
+    Snakemake and its records' table (collect) once."""
     repo = copy_repository(str(tmp_path / "repo"))
     study = study_variant(
         "interrupted",
