@@ -104,7 +104,7 @@ def main():
     dataset = make_dataset(args)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-    @tf.function
+    @tf.function(autograph=False)  # no Python branch on a tensor: nothing to convert
     def train_step(images, labels):
         with tf.GradientTape() as tape:
             loss = loss_fn(labels, model(images, training=True))

@@ -121,7 +121,7 @@ def main():
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
 
-    @tf.function
+    @tf.function(autograph=False)  # no Python branch on a tensor: nothing to convert
     def distributed_train_step(images, labels):
         per_replica_losses = strategy.run(train_step, args=(images, labels))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
