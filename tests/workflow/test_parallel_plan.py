@@ -471,8 +471,8 @@ def test_the_terms_fitted_to_records_made_with_them_are_the_ones_they_were_made_
     draw_predicted_against_measured(pairs, str(figure))
     assert plt.imread(figure).shape[:2] == (624, 1152)  # 9.6 x 5.2 inches at 120 dpi
     # A model error over 51 % takes a band's low end to 0 (a rate is not
-    # negative), as runs measured on a loaded CPU did: the figure's log
-    # axes still take their limits, from the positive rates.
+    # negative): the figure's log axes still take their limits, from the
+    # positive rates (the plan loop beside stress-ng warned that they had not).
     loose = [
         dataclasses.replace(p, predicted=dataclasses.replace(p.predicted, model_error=0.6))
         for p in pairs

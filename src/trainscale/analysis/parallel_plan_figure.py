@@ -71,8 +71,8 @@ def draw_predicted_against_measured(pairs: list[Checked], path: str) -> None:
         label = f"{pair.measured.configuration.name} ({pair.error_percent:+.0f} %)"
         axes.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=6.5)
         rates += [x, y, *(band or ())]
-    # A band whose low end is 0 (the model's error over 51 %, Prediction.band)
-    # runs off the bottom of the log axes; the limits come from the rest.
+    # A band whose low end is 0 (Prediction.band, once the model's error is
+    # over 51 %) runs off the bottom of the log axes: limits from the rest.
     shown = [rate for rate in rates if rate > 0]
     low, high = min(shown) / 1.5, max(shown) * 1.5
     axes.plot([low, high], [low, high], color="grey", linewidth=0.8, label="predicted = measured")
