@@ -2,11 +2,18 @@
 TFRecord shards (trainscale.core.imagenet), decoded, cropped and flipped as
 the TF models garden's ResNet-50 preprocessing does, in parallel, prefetched.
 
-A file TensorFlow cannot take is named: each element carries its file's
-name, and an in-graph check stops the pipeline before decoding an image
-that does not start and end as a JPEG (SOI and EOI markers) or a record
-with no label, with the file's name in the error (TensorFlow's own decode
-and CRC errors name none).
+A file TensorFlow cannot take is named. An in-graph check stops the
+pipeline before decoding an image that does not start and end as a JPEG
+(SOI and EOI markers) or a record with no label; TensorFlow's own decode
+and CRC errors name no file. A JPEG file's element is its name, so its
+check names it. A record does not carry its shard's name (a string per
+record through the reads and the shuffle cost 2-3 % of the decode-only
+rate, bench/README.md): on a shard's error, `named_data_error` reads the
+shards again until one fails.
+
+The per-image function keeps to the ops that do its work (parse, check,
+draw, decode, flip, resize): each op costs microseconds to run, and a few
+dozen of them are percents of a decode (bench/README.md).
 """
 
 from __future__ import annotations
@@ -16,36 +23,50 @@ from trainscale.core.imagenet import CENTRAL_FRACTION, ImageFiles, Pipeline
 # models garden imagenet_preprocessing: a crop covering 5-100 % of the
 # image, at aspect ratios 3:4 to 4:3, found in at most 100 tries.
 AREA_RANGE, ASPECT_RANGE, MAX_ATTEMPTS = (0.05, 1.0), (3 / 4, 4 / 3), 100
+START, END = b"\xff\xd8\xff", b"\xff\xd9"  # a JPEG's SOI marker and the next 0xff; EOI
+NOT_WHOLE = "not a whole JPEG (no start or end marker)"
+NO_LABEL = "a record without image/class/label (1..1000)"
 
 
-def checked_jpeg(encoded, source):
-    """`encoded`, once it starts and ends as a JPEG does; else an error naming `source`."""
+def whole_jpeg(encoded):
+    """True if `encoded` starts and ends as a JPEG does (both ends in one substr)."""
     import tensorflow as tf
 
-    ends = tf.strings.substr(encoded, tf.strings.length(encoded) - 2, 2) == b"\xff\xd9"
-    check = tf.debugging.Assert(
-        tf.logical_and(tf.io.is_jpeg(encoded), ends),
-        ["DataError: not a whole JPEG (no start or end marker):", source],
-    )
-    with tf.control_dependencies([check]):
+    return tf.reduce_all(tf.strings.substr(encoded, [0, -2], [3, 2]) == [START, END])
+
+
+def is_whole_jpeg(data: bytes) -> bool:
+    """whole_jpeg of bytes in Python."""
+    return data[:3] == START and data[-2:] == END
+
+
+def checked(encoded, ok, message: list):
+    """`encoded` once `ok` holds; else an InvalidArgumentError carrying `message`."""
+    import tensorflow as tf
+
+    with tf.control_dependencies([tf.debugging.Assert(ok, message)]):
         return tf.identity(encoded)
 
 
-def decode_train(encoded, image_size: int, seed, augment: bool):
-    """A random-resized crop, flipped, as uint8 image_size x image_size x 3."""
+def decode_train(encoded, image_size: int, crop_seed, flip_seed, augment: bool):
+    """A random-resized crop, flipped, as uint8 image_size x image_size x 3,
+    drawn from two stateless seeds (a run's crops repeat)."""
     import tensorflow as tf
 
     if not augment:
         return decode_eval(encoded, image_size)
-    shape = tf.image.extract_jpeg_shape(encoded)
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        shape, tf.constant([[[0.0, 0.0, 1.0, 1.0]]]), seed=seed,
-        min_object_covered=0.1, aspect_ratio_range=ASPECT_RANGE, area_range=AREA_RANGE,
-        max_attempts=MAX_ATTEMPTS, use_image_if_no_bounding_boxes=True,
+        tf.image.extract_jpeg_shape(encoded), tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        seed=crop_seed, min_object_covered=0.1, aspect_ratio_range=ASPECT_RANGE,
+        area_range=AREA_RANGE, max_attempts=MAX_ATTEMPTS, use_image_if_no_bounding_boxes=True,
     )  # fmt: skip
-    window = tf.stack([begin[0], begin[1], size[0], size[1]])
+    window = tf.concat([begin[:2], size[:2]], axis=0)
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
-    image = tf.image.stateless_random_flip_left_right(image, seed=seed + 1)
+    # Not tf.image's flip (a shape check a decoded crop needs not) nor
+    # tf.random's draw (two ops more, to make a key and scale): the one op.
+    uniform = tf.raw_ops.StatelessRandomUniform(shape=[], seed=flip_seed, dtype=tf.float32)
+    flip = uniform < 0.5
+    image = tf.cond(flip, lambda: tf.reverse(image, axis=[1]), lambda: image)
     return _resized(image, image_size)
 
 
@@ -64,20 +85,16 @@ def _resized(image, image_size: int):
     return tf.cast(image + 0.5, tf.uint8)  # rounded
 
 
-def _parsed(record, shard):
-    """(JPEG bytes, 0-based label) of one tf.train.Example; no label: an error naming the shard."""
+def _parsed(record):
+    """(JPEG bytes, 0-based label, whether the record is whole) of one tf.train.Example."""
     import tensorflow as tf
 
     features = tf.io.parse_single_example(record, {
         "image/encoded": tf.io.FixedLenFeature([], tf.string),
         "image/class/label": tf.io.FixedLenFeature([], tf.int64, default_value=0),
     })  # fmt: skip
-    label = features["image/class/label"]
-    check = tf.debugging.Assert(
-        label >= 1, ["DataError: a record without image/class/label (1..1000):", shard]
-    )
-    with tf.control_dependencies([check]):
-        return features["image/encoded"], tf.cast(label - 1, tf.int32)
+    encoded, label = features["image/encoded"], features["image/class/label"]
+    return encoded, tf.cast(label - 1, tf.int32), tf.logical_and(label >= 1, whole_jpeg(encoded))
 
 
 def imagenet_dataset(files: ImageFiles, pipeline: Pipeline):
@@ -95,34 +112,33 @@ def imagenet_dataset(files: ImageFiles, pipeline: Pipeline):
     if files.layout == "jpeg":
         labels = tf.data.Dataset.from_tensor_slices(files.labels).shard(num_shards, shard_index)
         examples = tf.data.Dataset.zip((names, labels)).shuffle(len(files), seed=seed)
-    else:
-        records = names.shuffle(len(files), seed=seed).interleave(
-            lambda shard: tf.data.TFRecordDataset(shard).map(lambda r: (r, shard)),
-            cycle_length=max(1, min(len(files), 4)), num_parallel_calls=calls,
-        )  # fmt: skip
+    else:  # up to four shards read at once, by TFRecordDataset's own parallel reads
+        names = names.shuffle(len(files), seed=seed)
+        records = tf.data.TFRecordDataset(names, num_parallel_reads=max(1, min(len(files), 4)))
         examples = records.shuffle(1024, seed=seed)
-    examples = examples.repeat().enumerate()
+    examples = examples.repeat().enumerate()  # the index: each example's seeds
 
     # Read or parsed where it is decoded: one parallel map (4 % more images/sec).
     def decoded(index, element):
         if files.layout == "jpeg":
             source, label = element
             encoded = tf.io.read_file(source)
+            encoded = checked(encoded, whole_jpeg(encoded), [f"DataError: {NOT_WHOLE}:", source])
         else:
-            record, source = element
-            encoded, label = _parsed(record, source)
-        example_seed = tf.stack([tf.constant(seed, tf.int64), index])
-        encoded = checked_jpeg(encoded, source)
-        return decode_train(encoded, pipeline.image_size, example_seed, pipeline.augment), label
+            encoded, label, whole = _parsed(element)
+            encoded = checked(encoded, whole, ["DataError: a bad record in a shard"])
+        crop_seed, flip_seed = tf.stack([seed, index]), tf.stack([seed + 1, index])
+        image = decode_train(encoded, pipeline.image_size, crop_seed, flip_seed, pipeline.augment)
+        return image, label
 
     batches = examples.map(decoded, num_parallel_calls=calls, deterministic=True)
     return batches.batch(pipeline.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
 def named_data_error(err: BaseException, files: ImageFiles):
-    """The DataError naming the file behind a pipeline's error, or None: an
-    in-graph check's (checked_jpeg, _parsed) carries the name; TensorFlow's
-    CRC error names no shard, so each is read again until one fails."""
+    """The DataError naming the file behind a pipeline's error, or None: a
+    JPEG file's in-graph check carries its name; a shard's (the in-graph
+    check's, a CRC's) names none, so each shard is read again until one fails."""
     import re
 
     import tensorflow as tf
@@ -133,11 +149,28 @@ def named_data_error(err: BaseException, files: ImageFiles):
     found = re.search(r"\[DataError: ([^\]]*)\] \[([^\]]*)\]", text)
     if isinstance(err, tf.errors.InvalidArgumentError) and found:
         return DataError(f"{found[2]}: {found[1].rstrip(':')}")
-    if isinstance(err, tf.errors.DataLossError) and files.layout == "tfrecord":
-        for shard in files.paths:
-            try:
-                for _ in tf.compat.v1.io.tf_record_iterator(shard):
-                    pass
-            except tf.errors.DataLossError as bad:
-                return DataError(f"{shard}: a corrupt TFRecord ({bad.message.strip()})")
+    checked_record = isinstance(err, tf.errors.InvalidArgumentError) and "DataError:" in text
+    if files.layout == "tfrecord" and (checked_record or isinstance(err, tf.errors.DataLossError)):
+        return _first_bad_shard(files)
+    return None
+
+
+def _first_bad_shard(files: ImageFiles):
+    """The DataError of the first shard with a corrupt frame, a record
+    without a label, or an image that is not a whole JPEG; None if all are good."""
+    import tensorflow as tf
+
+    from trainscale.core.data_error import DataError
+
+    for shard in files.paths:
+        try:
+            for record in tf.compat.v1.io.tf_record_iterator(shard):
+                features = tf.train.Example.FromString(record).features.feature
+                labels = features["image/class/label"].int64_list.value
+                if not labels or labels[0] < 1:
+                    return DataError(f"{shard}: {NO_LABEL}")
+                if not is_whole_jpeg(b"".join(features["image/encoded"].bytes_list.value)):
+                    return DataError(f"{shard}: {NOT_WHOLE}")
+        except tf.errors.DataLossError as bad:
+            return DataError(f"{shard}: a corrupt TFRecord ({bad.message.strip()})")
     return None
