@@ -71,23 +71,27 @@ class JpegFiles(Dataset):
         index = int(self.indices[position % len(self.indices)])
         path = self.files.paths[index]
         try:
-            with Image.open(path) as opened:
-                picture = opened.convert("RGB")
+            with open(path, "rb") as handle:
+                picture = Image.open(handle)
+                picture.load()  # decoded here, where a bad file is named
         except (UnidentifiedImageError, OSError, SyntaxError) as err:
-            why = str(err).replace(f" {path!r}", "")  # Pillow's names the file too
+            why = str(err)  # which names the file too, by its handle or its name
+            for named in (f" <_io.BufferedReader name={path!r}>", f" {path!r}"):
+                why = why.replace(named, "")
             raise DataError(f"{path}: not a readable JPEG ({why})") from None
+        if picture.mode != "RGB":  # an RGB JPEG's convert("RGB") is a copy of it
+            picture = picture.convert("RGB")
         rng = np.random.default_rng([self.seed, position // len(self.indices), index])
         if self.augment:
-            picture = picture.crop(random_resized_box(*picture.size, rng))
-            if rng.random() < 0.5:
-                picture = picture.transpose(Image.FLIP_LEFT_RIGHT)
+            box, flip = random_resized_box(*picture.size, rng), rng.random() < 0.5
         else:
-            picture = picture.crop(central_box(*picture.size))
-        side = self.image_size
-        picture = picture.resize((side, side), Image.BILINEAR)
-        return torch.from_numpy(np.asarray(picture, dtype=np.uint8).copy()), int(
-            self.files.labels[index]
-        )
+            box, flip = central_box(*picture.size), False
+        # The box resized where it lies (no copy of it first); flipped after,
+        # as torchvision's RandomHorizontalFlip follows its RandomResizedCrop.
+        picture = picture.resize((self.image_size,) * 2, Image.BILINEAR, box=box)
+        if flip:
+            picture = picture.transpose(Image.FLIP_LEFT_RIGHT)
+        return torch.from_numpy(np.asarray(picture).copy()), int(self.files.labels[index])
 
 
 def jpeg_loader(
