@@ -12,9 +12,7 @@ beside the CPU torch here: tools/install-torch-env.sh). TensorFlow:
 trainscale's tf.data over the TFRecord shards (tf_imagenet.imagenet_dataset)
 against tf_cnn_benchmarks' plain pipeline (TFRecordDataset, parse, decode
 and crop, flip, resize, batch, prefetch). Both sides decode the same
-generated ImageNet of ImageNet-sized JPEGs. Beside each side's images/sec,
-the machine's CPU ms per image (the goal is the rate; the CPU says where a
-gap lies). Prints one JSON object.
+generated ImageNet of ImageNet-sized JPEGs. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -41,34 +39,22 @@ from trainscale.core.imagenet import (  # noqa: E402
 )
 
 
-def busy_cpu_seconds() -> float:
-    """CPU seconds the whole machine has spent busy (/proc/stat): the
-    DataLoader's workers are other processes, tf.data's threads this one."""
-    with open("/proc/stat") as handle:
-        ticks = [int(value) for value in handle.readline().split()[1:]]
-    idle = ticks[3] + ticks[4]  # idle, iowait
-    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def block_of(make, batches: int, batch_size: int, cpu_per_image: list):
+def block_of(make, batches: int, batch_size: int):
     """A timed block on a pipeline of its own, made for it and dropped after
     it: a pipeline kept between blocks would decode ahead into its buffers
     while the other side's block runs (against it), and serve its next block
-    from them. Two batches first, untimed: the workers' start and fill.
-    Each block's CPU ms per image goes to `cpu_per_image`: with both cores
-    busy it scatters less than the rate (the work, not the neighbours')."""
+    from them. Two batches first, untimed: the workers' start and fill."""
 
     def block() -> float:
         iterator = make()
         for _ in range(2):
             next(iterator)
-        start, busy = time.perf_counter(), busy_cpu_seconds()
+        start = time.perf_counter()
         for _ in range(batches):
             next(iterator)
-        seconds, cpu = time.perf_counter() - start, busy_cpu_seconds() - busy
-        cpu_per_image.append(1e3 * cpu / (batches * batch_size))
+        rate = batches * batch_size / (time.perf_counter() - start)
         del iterator  # its workers end here, not during the next block
-        return batches * batch_size / seconds
+        return rate
 
     return block
 
@@ -183,13 +169,8 @@ def main() -> None:
         ),
         "plain": lambda: plain(data_dir, args.batch_size, args.image_size, args.workers),
     }
-    cpu = {name: [] for name in sides}
-    blocks = {
-        name: block_of(make, args.batches, args.batch_size, cpu[name])
-        for name, make in sides.items()
-    }
+    blocks = {name: block_of(make, args.batches, args.batch_size) for name, make in sides.items()}
     rates = interleaved_blocks(blocks, args.rounds)
-    cpu = {name: values[1:] for name, values in cpu.items()}  # less the warm-up block
     result = {
         "ecosystem": args.ecosystem,
         "workers": args.workers,
@@ -200,10 +181,6 @@ def main() -> None:
         "plain_images_per_sec": median(rates["plain"]),
         "ratio": median(rates["trainscale"]) / median(rates["plain"]),
         "ratio_interval_95": ratio_interval(rates["trainscale"], rates["plain"]),
-        "trainscale_cpu_ms_per_image": median(cpu["trainscale"]),
-        "plain_cpu_ms_per_image": median(cpu["plain"]),
-        "cpu_ratio": median(cpu["trainscale"]) / median(cpu["plain"]),
-        "cpu_ratio_interval_95": ratio_interval(cpu["trainscale"], cpu["plain"]),
         "block_rates": rates,
     }
     print(json.dumps(result))

@@ -1,8 +1,8 @@
 """ImageNet's JPEG tree through a torch DataLoader: worker processes decode
-with Pillow (as torchvision's ImageFolder does: open, convert to RGB), crop
-a random 8-100 % of the area at 3:4 to 4:3 and flip it (torchvision's
-RandomResizedCrop and RandomHorizontalFlip, the reference ResNet-50
-training), resize to the model's side, in pinned memory when a GPU takes it.
+with Pillow (as torchvision's ImageFolder does: open, to RGB), crop a
+random 8-100 % of the area at 3:4 to 4:3, resize it to the model's side and
+flip it (torchvision's RandomResizedCrop and RandomHorizontalFlip, the
+reference ResNet-50 training), in pinned memory when a GPU takes it.
 
 Not torchvision itself: PyPI's build of the release that pairs with this
 torch is built against CUDA torch, and with the CPU one its import fails
@@ -86,9 +86,10 @@ class JpegFiles(Dataset):
             box, flip = random_resized_box(*picture.size, rng), rng.random() < 0.5
         else:
             box, flip = central_box(*picture.size), False
-        # The box resized where it lies (no copy of it first); flipped after,
-        # as torchvision's RandomHorizontalFlip follows its RandomResizedCrop.
-        picture = picture.resize((self.image_size,) * 2, Image.BILINEAR, box=box)
+        # Cropped, then resized: resize(box=...) would read past the box's
+        # edges (Pillow clamps its filter to the image, not the box). Flipped
+        # after, as torchvision's RandomHorizontalFlip follows its crop.
+        picture = picture.crop(box).resize((self.image_size,) * 2, Image.BILINEAR)
         if flip:
             picture = picture.transpose(Image.FLIP_LEFT_RIGHT)
         return torch.from_numpy(np.asarray(picture).copy()), int(self.files.labels[index])
