@@ -82,6 +82,15 @@ def test_a_cut_jpeg_is_named_before_it_is_decoded(imagenet):
             pass
     named = named_data_error(caught.value, files)
     assert str(named) == f"{cut}: not a whole JPEG (no start or end marker)"
+    # Files too short to hold the markers: Substr's own error, which names none.
+    for short in (b"", data[:1]):
+        with open(cut, "wb") as handle:
+            handle.write(short)
+        with pytest.raises((tf.errors.InvalidArgumentError, UnicodeDecodeError)) as caught:
+            for _ in batches(files, batch=32).take(1):
+                pass
+        named = named_data_error(caught.value, files)
+        assert str(named) == f"{cut}: not a whole JPEG (no start or end marker)"
 
 
 def test_a_corrupt_shard_and_a_record_without_a_label_are_named(imagenet):
@@ -103,6 +112,14 @@ def test_a_corrupt_shard_and_a_record_without_a_label_are_named(imagenet):
             pass
     assert str(named_data_error(caught.value, files)) == (
         f"{bad}: a record without image/class/label (1..1000)"
+    )
+    # A labelled record whose image is one byte: Substr's own error, a shard named.
+    write_records(bad, [example({"image/encoded": b"\xff", "image/class/label": 1}), *records])
+    with pytest.raises((tf.errors.InvalidArgumentError, UnicodeDecodeError)) as caught:
+        for _ in batches(files, batch=32).take(1):
+            pass
+    assert str(named_data_error(caught.value, files)) == (
+        f"{bad}: not a whole JPEG (no start or end marker)"
     )
 
 

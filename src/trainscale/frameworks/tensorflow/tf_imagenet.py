@@ -7,16 +7,18 @@ pipeline before decoding an image that does not start and end as a JPEG
 (SOI and EOI markers) or a record with no label; TensorFlow's own decode
 and CRC errors name no file. A JPEG file's element is its name, so its
 check names it. A record does not carry its shard's name (a string per
-record through the reads and the shuffle cost 2-3 % of the decode-only
-rate, bench/README.md): on a shard's error, `named_data_error` reads the
-shards again until one fails.
+record through the reads and the shuffle, one of the pieces that together
+cost some 3 % of the decode-only rate, bench/README.md): on a shard's
+error, `named_data_error` reads the shards again until one fails.
 
 The per-image function keeps to the ops that do its work (parse, check,
-draw, decode, flip, resize): each op costs microseconds to run, and a few
-dozen of them are percents of a decode (bench/README.md).
+draw, decode, flip, resize): each op costs microseconds to run, and the
+old function's 20 ops more were percents of a decode (bench/README.md).
 """
 
 from __future__ import annotations
+
+import os
 
 from trainscale.core.imagenet import CENTRAL_FRACTION, ImageFiles, Pipeline
 
@@ -26,21 +28,23 @@ AREA_RANGE, ASPECT_RANGE, MAX_ATTEMPTS = (0.05, 1.0), (3 / 4, 4 / 3), 100
 START, END = b"\xff\xd8\xff", b"\xff\xd9"  # a JPEG's SOI marker and the next 0xff; EOI
 NOT_WHOLE = "not a whole JPEG (no start or end marker)"
 NO_LABEL = "a record without image/class/label (1..1000)"
+SHARD_CHECK = "DataError in a shard"  # not "DataError: ", which names its file
 
 
-def whole_jpeg(encoded):
-    """True if `encoded` starts and ends as a JPEG does (both ends in one substr)."""
+def has_jpeg_markers(encoded):
+    """A tensor: whether `encoded` starts and ends as a JPEG does (both ends
+    in one substr; under 2 bytes, Substr's own error, see named_data_error)."""
     import tensorflow as tf
 
     return tf.reduce_all(tf.strings.substr(encoded, [0, -2], [3, 2]) == [START, END])
 
 
-def is_whole_jpeg(data: bytes) -> bool:
-    """whole_jpeg of bytes in Python."""
+def bytes_have_jpeg_markers(data: bytes) -> bool:
+    """has_jpeg_markers in Python, of bytes."""
     return data[:3] == START and data[-2:] == END
 
 
-def checked(encoded, ok, message: list):
+def once_checked(encoded, ok, message: list):
     """`encoded` once `ok` holds; else an InvalidArgumentError carrying `message`."""
     import tensorflow as tf
 
@@ -94,7 +98,8 @@ def _parsed(record):
         "image/class/label": tf.io.FixedLenFeature([], tf.int64, default_value=0),
     })  # fmt: skip
     encoded, label = features["image/encoded"], features["image/class/label"]
-    return encoded, tf.cast(label - 1, tf.int32), tf.logical_and(label >= 1, whole_jpeg(encoded))
+    whole = tf.logical_and(label >= 1, has_jpeg_markers(encoded))
+    return encoded, tf.cast(label - 1, tf.int32), whole
 
 
 def imagenet_dataset(files: ImageFiles, pipeline: Pipeline):
@@ -123,10 +128,11 @@ def imagenet_dataset(files: ImageFiles, pipeline: Pipeline):
         if files.layout == "jpeg":
             source, label = element
             encoded = tf.io.read_file(source)
-            encoded = checked(encoded, whole_jpeg(encoded), [f"DataError: {NOT_WHOLE}:", source])
+            ok, message = has_jpeg_markers(encoded), [f"DataError: {NOT_WHOLE}:", source]
+            encoded = once_checked(encoded, ok, message)
         else:
             encoded, label, whole = _parsed(element)
-            encoded = checked(encoded, whole, ["DataError: a bad record in a shard"])
+            encoded = once_checked(encoded, whole, [f"{SHARD_CHECK}: a label or a marker"])
         crop_seed, flip_seed = tf.stack([seed, index]), tf.stack([seed + 1, index])
         image = decode_train(encoded, pipeline.image_size, crop_seed, flip_seed, pipeline.augment)
         return image, label
@@ -138,27 +144,37 @@ def imagenet_dataset(files: ImageFiles, pipeline: Pipeline):
 def named_data_error(err: BaseException, files: ImageFiles):
     """The DataError naming the file behind a pipeline's error, or None: a
     JPEG file's in-graph check carries its name; a shard's (the in-graph
-    check's, a CRC's) names none, so each shard is read again until one fails."""
+    check's, a CRC's) names none, so each shard is read again until one
+    fails; so is each file when Substr found one too short to hold the markers."""
     import re
 
     import tensorflow as tf
 
     from trainscale.core.data_error import DataError
 
-    text = str(err)
+    text = str(err) if isinstance(err, tf.errors.InvalidArgumentError) else ""
     found = re.search(r"\[DataError: ([^\]]*)\] \[([^\]]*)\]", text)
-    if isinstance(err, tf.errors.InvalidArgumentError) and found:
+    if found:
         return DataError(f"{found[2]}: {found[1].rstrip(':')}")
-    checked_record = isinstance(err, tf.errors.InvalidArgumentError) and "DataError:" in text
-    if files.layout == "tfrecord" and (checked_record or isinstance(err, tf.errors.DataLossError)):
+    # Substr's error quotes the string, so a file of one 0xff byte makes
+    # TensorFlow's message itself undecodable: a UnicodeDecodeError.
+    quoted = err.object if isinstance(err, UnicodeDecodeError) else text.encode()
+    too_short = b"out of range for string" in quoted
+    if files.layout == "jpeg" and too_short:
+        short = next((path for path in files.paths if os.path.getsize(path) < 3), None)
+        return DataError(f"{short}: {NOT_WHOLE}") if short else None
+    corrupt = isinstance(err, tf.errors.DataLossError)
+    if files.layout == "tfrecord" and (SHARD_CHECK in text or too_short or corrupt):
         return _first_bad_shard(files)
     return None
 
 
 def _first_bad_shard(files: ImageFiles):
-    """The DataError of the first shard with a corrupt frame, a record
-    without a label, or an image that is not a whole JPEG; None if all are good."""
+    """The DataError of the first shard with a corrupt frame, a record that
+    is not a tf.train.Example or has no label, or an image without a JPEG's
+    markers; None if all are good."""
     import tensorflow as tf
+    from google.protobuf.message import DecodeError
 
     from trainscale.core.data_error import DataError
 
@@ -169,8 +185,11 @@ def _first_bad_shard(files: ImageFiles):
                 labels = features["image/class/label"].int64_list.value
                 if not labels or labels[0] < 1:
                     return DataError(f"{shard}: {NO_LABEL}")
-                if not is_whole_jpeg(b"".join(features["image/encoded"].bytes_list.value)):
+                encoded = b"".join(features["image/encoded"].bytes_list.value)
+                if not bytes_have_jpeg_markers(encoded):
                     return DataError(f"{shard}: {NOT_WHOLE}")
         except tf.errors.DataLossError as bad:
             return DataError(f"{shard}: a corrupt TFRecord ({bad.message.strip()})")
+        except DecodeError:
+            return DataError(f"{shard}: a record that is not a tf.train.Example")
     return None
