@@ -84,13 +84,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
 
-    folder = tempfile.mkdtemp(prefix="trainscale-matrix-")
     rows = []
-    for model, framework, precision, xla in itertools.product(
-        args.models, args.frameworks, args.precisions, args.xla
-    ):
-        rows.append(cell(framework, model, precision, xla == "on", args, folder))
-        print(f"bench: {json.dumps(rows[-1])[:300]}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="trainscale-matrix-") as folder:
+        for model, framework, precision, xla in itertools.product(
+            args.models, args.frameworks, args.precisions, args.xla
+        ):
+            rows.append(cell(framework, model, precision, xla == "on", args, folder))
+            print(f"bench: {json.dumps(rows[-1])[:300]}", file=sys.stderr, flush=True)
     json.dump({"device": args.device, "batch_size": args.batch_size,
                "image_size": args.image_size, "rows": rows}, sys.stdout)  # fmt: skip
 

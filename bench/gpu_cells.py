@@ -328,15 +328,15 @@ def wrapped_model(framework: str, settings: RunSettings, device, harness_config:
 
 def whole_run(settings: RunSettings) -> dict:
     """`trainscale run` of the cell, one replica: the launcher, the record."""
-    folder = tempfile.mkdtemp(prefix="trainscale-gpu-check-")
-    output = os.path.join(folder, "record.json")
-    command = [sys.executable, "-m", "trainscale", "run", *settings.to_cli_args(),
-               "--output", output]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if not os.path.exists(output):
-        return {"status": "failed", "error": f"exit {done.returncode}: {done.stderr[-1500:]}"}
-    with open(output) as handle:
-        record = json.load(handle)
+    with tempfile.TemporaryDirectory(prefix="trainscale-gpu-check-") as folder:
+        output = os.path.join(folder, "record.json")
+        command = [sys.executable, "-m", "trainscale", "run", *settings.to_cli_args(),
+                   "--output", output]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if not os.path.exists(output):
+            return {"status": "failed", "error": f"exit {done.returncode}: {done.stderr[-1500:]}"}
+        with open(output) as handle:
+            record = json.load(handle)
     keep = (
         "status", "images_per_sec", "tokens_per_sec", "mfu", "achieved_tflops", "peak_precision",
         "peak_basis", "peak_memory_bytes", "peak_memory_source",

@@ -10,6 +10,7 @@ Imports neither TensorFlow nor torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from trainscale.catalogue.launch_kinds import HOROVODRUN_GLOO, LaunchKind, Plan, Process
@@ -213,6 +214,7 @@ class HorovodElastic(LaunchKind):
         return {"horovod-gloo": {"horovod_launcher": "gloo"}}
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
+        import atexit
         import tempfile
 
         # Ranks split over the host's two names, the first taking any odd one.
@@ -222,6 +224,9 @@ class HorovodElastic(LaunchKind):
         with os.fdopen(handle, "w") as out:
             out.write("#!/bin/sh\n" + "\n".join(lines) + "\n")
         os.chmod(script, 0o755)
+        # horovodrun reads it as long as its driver runs, which the process
+        # that made this plan outlives (the launcher waits for its plan).
+        atexit.register(_remove_if_there, script)
         launch = [*HOROVODRUN_GLOO, "-np", str(processes)]
         launch += ["--min-np", str(settings.min_replicas), "--max-np", str(processes)]
         launch += ["--host-discovery-script", script, "--elastic-timeout", "60"]
@@ -241,6 +246,11 @@ class HorovodElastic(LaunchKind):
         srun = slurm.srun_command(1, 1, requested_gpus, cpus)
         [local] = self.local_plan(settings.gpus_per_node, train_command, settings)
         return [Process([*srun, *local.argv], local.env)]
+
+
+def _remove_if_there(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
 
 
 TORCHRUN_ELASTIC = TorchElastic()

@@ -16,6 +16,7 @@ import time
 
 from trainscale.catalogue.elastic_kinds import AGENT_INDEX
 from trainscale.core import faults
+from trainscale.core.process_exit import remove_autograph_sources
 from trainscale.harness.backend import Backend
 
 
@@ -63,6 +64,7 @@ class RunEvents:
     def _stopped(self, *_) -> None:
         # A survivor that its agent or launcher stops has been told of the failure.
         self.timeline.write("detected", how="SIGTERM", world_size=self.world_size)
+        remove_autograph_sources()  # os._exit skips AutoGraph's own atexit hook
         sys.stderr.flush()
         os._exit(128 + signal.SIGTERM)
 

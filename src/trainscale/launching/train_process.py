@@ -13,6 +13,7 @@ import sys
 from trainscale.catalogue.options import RunOptions
 from trainscale.catalogue.registry import framework_spec
 from trainscale.catalogue.settings import RunSettings
+from trainscale.core.process_exit import exit_now
 from trainscale.launching.launch import run_role
 
 
@@ -46,7 +47,7 @@ def train_process(settings: RunSettings, options: RunOptions) -> int:
             backend = backend_class(settings.framework)
             train(settings, backend, options)
             if not backend.finalizes_at_exit:
-                _exit_now(0)
+                exit_now(0)  # the teardown to skip (Backend.finalizes_at_exit)
     except (OutOfMemory, MemoryError) as err:
         # Running out of memory is a result of this grid point, not a crash.
         # The launcher reads this line (from any rank) and writes the record.
@@ -54,17 +55,6 @@ def train_process(settings: RunSettings, options: RunOptions) -> int:
         print(f"{OWN_OOM_SIGN} {first_line}", file=sys.stderr)
         return EXIT_OOM
     return 0
-
-
-def _exit_now(code: int) -> None:
-    """End this process at once, its output flushed: what Python's own
-    finalization would still run is the teardown to skip (Backend.finalizes_at_exit)."""
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _call(function: str, settings: RunSettings, options: RunOptions):

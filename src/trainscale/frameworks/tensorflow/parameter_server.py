@@ -27,6 +27,7 @@ import time
 from trainscale.catalogue.options import RunOptions
 from trainscale.catalogue.registry import framework_spec
 from trainscale.catalogue.settings import RunSettings
+from trainscale.core.process_exit import exit_now
 from trainscale.core.slurm import slurm_port_base
 from trainscale.frameworks.tensorflow.strategies import (
     Distribution,
@@ -103,7 +104,7 @@ def serve(settings: RunSettings, options: RunOptions) -> None:
     role = f"{resolver.task_type} {resolver.task_id}"
     print(f"[trainscale] tf-ps {role} serving at {address}", file=sys.stderr, flush=True)
     wait_for_chief(cluster.task_address("chief", 0), options.collective_timeout or 600)
-    os._exit(0)  # the server's threads never end by themselves
+    exit_now(0)  # the server's threads never end by themselves
 
 
 def wait_for_chief(address: str, start_within: float) -> None:
