@@ -10,12 +10,12 @@ Imports neither TensorFlow nor torch.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from trainscale.catalogue.launch_kinds import HOROVODRUN_GLOO, LaunchKind, Plan, Process
 from trainscale.core import slurm
 from trainscale.core.ports import free_ports
+from trainscale.core.process_exit import remove_file
 from trainscale.core.setting import Setting
 
 # Set on each local elastic agent: the node it stands for (a node fault's).
@@ -226,7 +226,7 @@ class HorovodElastic(LaunchKind):
         os.chmod(script, 0o755)
         # horovodrun reads it as long as its driver runs, which the process
         # that made this plan outlives (the launcher waits for its plan).
-        atexit.register(_remove_if_there, script)
+        atexit.register(remove_file, script)
         launch = [*HOROVODRUN_GLOO, "-np", str(processes)]
         launch += ["--min-np", str(settings.min_replicas), "--max-np", str(processes)]
         launch += ["--host-discovery-script", script, "--elastic-timeout", "60"]
@@ -246,11 +246,6 @@ class HorovodElastic(LaunchKind):
         srun = slurm.srun_command(1, 1, requested_gpus, cpus)
         [local] = self.local_plan(settings.gpus_per_node, train_command, settings)
         return [Process([*srun, *local.argv], local.env)]
-
-
-def _remove_if_there(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
 
 
 TORCHRUN_ELASTIC = TorchElastic()

@@ -21,17 +21,20 @@ import sys
 AUTOGRAPH_SOURCE_PREFIX = "__autograph_generated_file"
 
 
-def remove_autograph_sources() -> int:
+def remove_file(path: str) -> None:
+    """Remove `path` if it is still there (an atexit hook's removal: another
+    process, or the system's cleaning of /tmp, may have been first)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+def remove_autograph_sources() -> None:
     """Remove the source files of this process's AutoGraph modules, as
-    AutoGraph's own atexit hook would; return how many were removed."""
-    removed = 0
+    AutoGraph's own atexit hook would."""
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if name.startswith(AUTOGRAPH_SOURCE_PREFIX) and path:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
-                removed += 1
-    return removed
+            remove_file(path)
 
 
 def exit_now(code: int) -> None:
