@@ -174,7 +174,12 @@ def test_a_killed_rank_ends_the_run_quickly_and_leaves_no_record(killed_horovod_
 def test_a_stalled_rank_ends_the_run_within_its_bound(
     tmp_path, killed_horovod_rank, launch_options, status, sign
 ):
-    # SIGSTOP: the process lives, holds its sockets, and never answers.
+    """SIGSTOP: the process lives, holds its sockets, and never answers.
+
+    Up to about 70 s in a loaded suite: the run starts and trains to its
+    first block, then the stall must last out the bound (the watchdog's
+    limit, 3x this machine's start-up to the first block plus 10 s, or the
+    10 s collective timeout) and the launcher's stop of a frozen process."""
     output = tmp_path / "r.json"
     endless = [*ENDLESS, "--attempts", "1"]  # the same training, any framework
     limit = watchdog_limit(killed_horovod_rank.seconds_to_first_block)
@@ -213,8 +218,12 @@ ENDLESS_PARAMETER_SERVER = ["--framework", "tf-ps", *ENDLESS]
 
 @pytest.mark.parametrize(("role", "index"), [("chief", 0), ("server", 1), ("worker", 2)])
 def test_a_killed_process_of_any_role_ends_a_parameter_server_run(tmp_path, role, index):
-    # A server or a worker never ends by itself: the launcher must not wait
-    # for it, nor for a chief that waits on a lost one.
+    """A server or a worker never ends by itself: the launcher must not wait
+    for it, nor for a chief that waits on a lost one.
+
+    Up to about a minute in a loaded suite: four TensorFlow processes (chief,
+    server, two workers) start and reach the first timed block before the
+    kill, and the others are then stopped."""
     killed = kill_a_rank(
         ENDLESS_PARAMETER_SERVER,
         tmp_path / "r.json",
@@ -288,11 +297,15 @@ def test_ctrl_c_ends_every_rank_before_the_launcher_returns(tmp_path, launch_opt
 def test_concurrent_runs_on_one_machine_do_not_collide_and_stop_at_their_time_budget(
     tmp_path, cifar_dir
 ):
-    # Two MultiWorker and two Horovod runs of the same study at once, as the
-    # local executor or SLURM packing small jobs on a node would start them:
-    # no port, temp file or record may be shared. Each is bounded by a 2 s
-    # time budget, which both processes of a run must stop at after the same
-    # block (else one waits for ever in the next block's collective).
+    """Two MultiWorker and two Horovod runs of the same study at once, as the
+    local executor or SLURM packing small jobs on a node would start them:
+    no port, temp file or record may be shared. Each is bounded by a 2 s
+    time budget, which both processes of a run must stop at after the same
+    block (else one waits for ever in the next block's collective).
+
+    Over a minute on a slow or loaded CPU (up to 93 s seen): 8 TensorFlow
+    processes start at once on this machine's cores, and each reads the
+    CIFAR-100-format data before its first block."""
     runs = []
     for i, framework in enumerate(["tf-multiworker", "tf-multiworker", "horovod", "horovod"]):
         output = tmp_path / f"{framework}-{i}.json"

@@ -66,6 +66,10 @@ def launcher_options(launcher: str | None) -> tuple[str, ...]:
 def test_framework_run_writes_an_ok_record(
     run_store, cifar_dir, framework, replicas, launcher, processes
 ):
+    """Up to a minute for tf-ps in a loaded suite: the first test to ask for
+    a framework's shared run trains it (run_store.py), and tf-ps starts four
+    TensorFlow processes (chief, server, two workers); the other tests that
+    read the same run find it done."""
     run = framework_run(run_store, cifar_dir, framework, replicas, *launcher_options(launcher))
     record = run.record
     assert record["schema"] == 1 and record["status"] == "ok"

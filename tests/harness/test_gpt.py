@@ -35,6 +35,9 @@ def reference(run_store):
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["horovod", "tf-mirrored"])
 def test_two_replicas_train_the_gpt_as_one_device_does(run_store, reference, framework):
+    """Up to a minute in a loaded suite: the first case also trains the
+    tf-single reference it is held to (the module's fixture), and each case
+    trains the GPT on its own 2 replicas, both runs saving their weights."""
     run = _weights(run_store, framework, 2)
     assert_trains_like_one_device(reference, run, ATOL, framework)
 

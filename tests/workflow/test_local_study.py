@@ -133,6 +133,9 @@ def test_records_tables_and_figures(study):
 
 @pytest.mark.slow
 def test_rerun_is_a_no_op_and_a_deleted_record_reruns_alone(study, tmp_path):
+    """Over a minute where it is the first to ask for the study (its
+    fixture trains it through Snakemake); then dry runs, and one deleted
+    point retrained through Snakemake."""
     _, args = study
     repo = _copy_of_study(study, tmp_path)
     again = snakemake(repo, "-n", *args)

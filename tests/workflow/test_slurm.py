@@ -209,7 +209,12 @@ def test_a_cancelled_job_fails_alone_and_a_rerun_does_only_that_point(lab_campai
 
 
 def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab_campaign):
-    # The run's watchdog writes the record that SLURM's own kill would never leave.
+    """The run's watchdog writes the record that SLURM's own kill would never
+    leave.
+
+    Over a minute where its study's job has not ended yet: the run's rank
+    freezes in its timed steps and the watchdog waits out its limit (at
+    least 30 s) before it writes the record."""
     study = lab_campaign.studies["limit"]
     returncode, output = study.wait()
     assert returncode == 0, output[-4000:]
@@ -224,8 +229,11 @@ def test_a_run_that_would_hit_the_slurm_time_limit_records_a_timeout(lab_campaig
 
 
 def test_a_node_without_the_training_environment_fails_its_point_naming_the_path(lab_campaign):
-    # cluster.environment_check: node. Snakemake's side trusts the path; the
-    # job checks it on its node first, and its one line becomes the record.
+    """cluster.environment_check: node. Snakemake's side trusts the path; the
+    job checks it on its node first, and its one line becomes the record.
+
+    Up to a minute: its study's job queues among the lab campaign's others
+    (conftest.lab_campaign), and this test waits for its study to end."""
     study = lab_campaign.studies["noenv"]
     returncode, output = study.wait()
     assert returncode != 0 and "a real run is refused" not in output

@@ -27,9 +27,13 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slur
 def test_a_lost_node_fails_the_job_the_retry_runs_elsewhere_and_its_loss_is_recorded(
     lab_campaign,
 ):
-    # One retry; a node dies under each attempt. SLURM, not the run, ends the
-    # last one: the run cannot write its record, and Snakemake deletes the
-    # job's output. The workflow records the point.
+    """One retry; a node dies under each attempt. SLURM, not the run, ends the
+    last one: the run cannot write its record, and Snakemake deletes the
+    job's output. The workflow records the point.
+
+    Minutes where it is the first lab test to wait (224 s at 8e58b02, when
+    it was): two SLURM jobs one after the other, each losing a node and
+    waiting for SLURM to declare it down, among the lab campaign's jobs."""
     import subprocess
 
     nodes = lab_campaign.outcome("node-loss")
@@ -69,11 +73,16 @@ def test_a_lost_node_fails_the_job_the_retry_runs_elsewhere_and_its_loss_is_reco
 
 
 def test_a_lost_node_leaves_an_elastic_run_on_the_node_left(lab_campaign):
-    # The node fault runs the lab's node_fault_command on the job's second
-    # node: every process there dies, its slurmd too, and SLURM declares it
-    # down (the command brings it back then). The job was submitted
-    # --no-kill: torchrun's agent on the first node goes on alone from the
-    # last checkpoint, and the job succeeds.
+    """The node fault runs the lab's node_fault_command on the job's second
+    node: every process there dies, its slurmd too, and SLURM declares it
+    down (the command brings it back then). The job was submitted
+    --no-kill: torchrun's agent on the first node goes on alone from the
+    last checkpoint, and the job succeeds.
+
+    Up to two minutes where its study's job has not ended yet: the job
+    trains on 2 nodes to step 12, loses one, and torchrun's agent on the
+    other restarts its worker from the last checkpoint and trains to the
+    end, while the lab campaign's other jobs share this machine's cores."""
     study = lab_campaign.studies["elastic"]
     returncode, output = study.wait()
     assert returncode == 0, output[-4000:]
