@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 # The interpreter running the tests is the training environment's (make test
@@ -358,6 +360,9 @@ def assert_trains_on_decoded_imagenet(tmp_path: Path, framework: str, dataset: s
 
     output = tmp_path / "run.json"
     data = generate_imagenet(str(tmp_path / "imagenet"), classes=4, per_class=8, shards=2)
+    # The run's own temp folder, at the system's: under tmp_path, the path of
+    # a worker's socket in it would pass AF_UNIX's 107 bytes.
+    temp = Path(tempfile.mkdtemp(prefix="decoded-"))
     trainscale(
         "run",
         *("--framework", framework, "--gpus-per-node", "2", "--device", "cpu"),
@@ -366,7 +371,13 @@ def assert_trains_on_decoded_imagenet(tmp_path: Path, framework: str, dataset: s
         *("--warmup-steps", "1", "--blocks", "2", "--steps-per-block", "2"),
         *("--output", str(output)),
         check=True,
+        env={"TMPDIR": str(temp)},
     )
+    # A loader's workers ended through their own exit, which removes the
+    # folder multiprocessing made each one (torch_imagenet.stop_workers).
+    left = sorted(p.name for p in temp.glob("pymp-*"))
+    shutil.rmtree(temp)
+    assert not left, left
     record = load_json(output)
     assert record["status"] == "ok" and record["dataset"] == dataset
     assert record["augmentation"] == "random-resized-crop-and-flip"

@@ -37,6 +37,7 @@ import time
 
 from trainscale.catalogue.elastic_kinds import worker_range
 from trainscale.catalogue.launch_kinds import RAY
+from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
 from trainscale.frameworks.torch.torch_elastic import ElasticDistributedDataParallel as Elastic
 
@@ -107,7 +108,9 @@ class RayTrainDDP(DistributedDataParallel):
         return int(os.environ.get("LOCAL_WORLD_SIZE", world))
 
     def close(self) -> None:
-        pass  # Ray's worker group owns the process group and ends it
+        # Ray's worker group owns the process group and ends it: only the
+        # batches close here (TorchBackend.close, not TorchDistributed's).
+        TorchBackend.close(self)
 
 
 def _worker(config: dict) -> None:

@@ -77,6 +77,12 @@ class TorchBackend(Backend):
             self.scaler.step(self.optimizer)
             self.scaler.update()
 
+    def close(self) -> None:
+        """The training batches closed: a loader's workers end with them."""
+        batches = getattr(self, "batches", None)
+        if batches is not None:
+            batches.close()
+
     def check_world_size(self, ranks: int) -> None:
         """Refuse a world that is not the run's (an elastic one may have shrunk)."""
         error = world_size_error(self.settings, ranks, self.elastic)
@@ -190,9 +196,10 @@ class TorchBackend(Backend):
         if isinstance(train, ImageFiles):  # JPEGs, decoded by the loader's workers
             self.pipeline = pipeline(s, shard, shards, s.batch_size * replicas)
             loader = jpeg_loader(train, self.pipeline, pin_memory=self.device.type == "cuda")
-            for images, labels in batches_of(loader):
-                on_device = images.to(self.device, non_blocking=True)
-                yield self.prepare_images(on_device), labels.to(self.device, non_blocking=True)
+            with contextlib.closing(batches_of(loader)) as decoded:  # close(): its workers end
+                for images, labels in decoded:
+                    on_device = images.to(self.device, non_blocking=True)
+                    yield self.prepare_images(on_device), labels.to(self.device, non_blocking=True)
             return
         for image_batch, label_batch in numpy_batches(
             *train,
@@ -214,7 +221,8 @@ class TorchBackend(Backend):
         if not hasattr(self, "pipeline"):
             return None
         loader = jpeg_loader(self.train_files, self.pipeline, pin_memory=self.device.type == "cuda")
-        return decode_only_rate(iter(batches_of(loader)), max(2, self.settings.steps_per_block))
+        with contextlib.closing(batches_of(loader)) as decoded:
+            return decode_only_rate(decoded, max(2, self.settings.steps_per_block))
 
     def _test_batches(self, images: np.ndarray, labels: np.ndarray) -> list:
         """This process's test shard in equal batches (uint8 images, labels,

@@ -70,6 +70,7 @@ class TorchDistributed(TorchBackend):
         # interpreter is whole (see finalizes_at_exit).
         import torch.distributed as dist
 
+        super().close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -123,9 +123,24 @@ def jpeg_loader(
 
 def batches_of(loader: DataLoader):
     """The loader's batches; a worker's DataError raised again as its own one
-    line (the DataLoader re-raises it under a line naming the worker)."""
+    line (the DataLoader re-raises it under a line naming the worker). Its
+    workers end with it (closed, exhausted or failed: stop_workers)."""
     try:
         yield from loader
     except DataError as err:
         lines = str(err).strip().splitlines()
         raise DataError(lines[-1].split("DataError: ", 1)[-1]) from None
+    finally:
+        stop_workers(loader)
+
+
+def stop_workers(loader: DataLoader) -> None:
+    """End the loader's worker processes now, each through its own exit,
+    which removes the folder multiprocessing made it in the temp folder
+    (pymp-*). A rank that ends with os._exit (trainscale.core.process_exit)
+    takes live workers down with it, and their folders stayed behind. torch
+    has no public call for it: a loader with persistent workers keeps its
+    one iterator, and this is that iterator's own shutdown."""
+    iterator = getattr(loader, "_iterator", None)
+    if hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
