@@ -18,8 +18,10 @@ import torch
 
 from trainscale.catalogue.models import IMAGE_MODELS, MODELS, TORCH_MODELS
 from trainscale.catalogue.settings import RunSettings, SettingsError, validate
-from trainscale.frameworks.torch.torch_backend import torch_forward_flops_per_image
-from trainscale.frameworks.torch.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_models import (
+    build_torch_model,
+    torch_forward_flops_per_image,
+)
 
 # Keras's counts (keras_counts) take most of a minute: every test of this
 # module on one pytest-xdist worker, while the other runs other tests (the

@@ -41,8 +41,11 @@ from trainscale.core.datasets import DATASETS
 from trainscale.core.imagenet import ImageFiles, decode_only_rate, pipeline
 from trainscale.core.supervision import CPU_ALLOCATOR_OOM
 from trainscale.frameworks.torch.step_profile import note_tensor_memory, step_profiler
-from trainscale.frameworks.torch.torch_imagenet import batches_of, jpeg_loader
-from trainscale.frameworks.torch.torch_models import build_torch_model
+from trainscale.frameworks.torch.torch_imagenet import batches_of, batches_on, jpeg_loader
+from trainscale.frameworks.torch.torch_models import (
+    build_torch_model,
+    torch_forward_flops_per_image,
+)
 from trainscale.harness.backend import Backend, DeviceError, batches_trained, horovod_versions
 from trainscale.harness.data import numpy_batches, synthetic_example_batch
 from trainscale.harness.flops import TRAINING_OVER_FORWARD, text_training_flops_per_example
@@ -196,10 +199,7 @@ class TorchBackend(Backend):
         if isinstance(train, ImageFiles):  # JPEGs, decoded by the loader's workers
             self.pipeline = pipeline(s, shard, shards, s.batch_size * replicas)
             loader = jpeg_loader(train, self.pipeline, pin_memory=self.device.type == "cuda")
-            with contextlib.closing(batches_of(loader)) as decoded:  # close(): its workers end
-                for images, labels in decoded:
-                    on_device = images.to(self.device, non_blocking=True)
-                    yield self.prepare_images(on_device), labels.to(self.device, non_blocking=True)
+            yield from batches_on(loader, self.device, self.prepare_images)
             return
         for image_batch, label_batch in numpy_batches(
             *train,
@@ -389,19 +389,3 @@ def tf32_allowed(text_model: bool) -> bool:
     if text_model:
         return torch.backends.cuda.matmul.allow_tf32
     return torch.backends.cudnn.allow_tf32
-
-
-def torch_forward_flops_per_image(
-    model_name: str, image_size: int, num_classes: int, channels: int = 3
-) -> int:
-    """FLOPs of one forward pass of one image, as torch's FlopCounterMode counts them:
-    convolutions and matrix products (2 per multiply-add), on shapes only (meta device)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with torch.device("meta"):
-        model = build_torch_model(model_name, image_size, num_classes, channels).eval()
-        images = torch.empty(1, channels, image_size, image_size)
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        model(images)
-    return int(counter.get_total_flops())

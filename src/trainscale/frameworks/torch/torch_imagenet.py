@@ -12,6 +12,7 @@ the torch frameworks read the JPEG tree.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -132,6 +133,15 @@ def batches_of(loader: DataLoader):
         raise DataError(lines[-1].split("DataError: ", 1)[-1]) from None
     finally:
         stop_workers(loader)
+
+
+def batches_on(loader: DataLoader, device, prepare_images):
+    """The loader's batches copied to `device` and laid out for the model
+    (prepare_images); closing it closes the loader's (batches_of)."""
+    with contextlib.closing(batches_of(loader)) as decoded:
+        for images, labels in decoded:
+            on_device = images.to(device, non_blocking=True)
+            yield prepare_images(on_device), labels.to(device, non_blocking=True)
 
 
 def stop_workers(loader: DataLoader) -> None:

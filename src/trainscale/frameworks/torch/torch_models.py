@@ -260,3 +260,19 @@ def build_torch_model(
     model = _BUILDERS[name](image_size, num_classes, channels)
     model.apply(_keras_initialisation)
     return model
+
+
+def torch_forward_flops_per_image(
+    model_name: str, image_size: int, num_classes: int, channels: int = 3
+) -> int:
+    """FLOPs of one forward pass of one image, as torch's FlopCounterMode counts them:
+    convolutions and matrix products (2 per multiply-add), on shapes only (meta device)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = build_torch_model(model_name, image_size, num_classes, channels).eval()
+        images = torch.empty(1, channels, image_size, image_size)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(images)
+    return int(counter.get_total_flops())
