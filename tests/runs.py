@@ -363,20 +363,22 @@ def assert_trains_on_decoded_imagenet(tmp_path: Path, framework: str, dataset: s
     # The run's own temp folder, at the system's: under tmp_path, the path of
     # a worker's socket in it would pass AF_UNIX's 107 bytes.
     temp = Path(tempfile.mkdtemp(prefix="decoded-"))
-    trainscale(
-        "run",
-        *("--framework", framework, "--gpus-per-node", "2", "--device", "cpu"),
-        *("--model", "small_cnn", "--image-size", "32", "--batch-size", "4"),
-        *("--dataset", dataset, "--data-dir", data, "--loader-workers", "1"),
-        *("--warmup-steps", "1", "--blocks", "2", "--steps-per-block", "2"),
-        *("--output", str(output)),
-        check=True,
-        env={"TMPDIR": str(temp)},
-    )
-    # A loader's workers ended through their own exit, which removes the
-    # folder multiprocessing made each one (torch_imagenet.stop_workers).
-    left = sorted(p.name for p in temp.glob("pymp-*"))
-    shutil.rmtree(temp)
+    try:
+        trainscale(
+            "run",
+            *("--framework", framework, "--gpus-per-node", "2", "--device", "cpu"),
+            *("--model", "small_cnn", "--image-size", "32", "--batch-size", "4"),
+            *("--dataset", dataset, "--data-dir", data, "--loader-workers", "1"),
+            *("--warmup-steps", "1", "--blocks", "2", "--steps-per-block", "2"),
+            *("--output", str(output)),
+            check=True,
+            env={"TMPDIR": str(temp)},
+        )
+        # A loader's workers ended through their own exit, which removes the
+        # folder multiprocessing made each one (torch_imagenet.stop_workers).
+        left = sorted(p.name for p in temp.glob("pymp-*"))
+    finally:
+        shutil.rmtree(temp)
     assert not left, left
     record = load_json(output)
     assert record["status"] == "ok" and record["dataset"] == dataset
