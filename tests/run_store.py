@@ -62,6 +62,16 @@ class StoredRun:
     def temp(self) -> Path:
         return self.folder / "tmp"
 
+    def left_in_temp(self) -> list[str]:
+        """What a run with private_home left in its temp folder (Ray's session,
+        AutoGraph's sources, torchrun's log folders, DataLoader workers'
+        pymp-* are what have been), but torch's compile cache, which torch
+        keeps on purpose (torchinductor_<user>)."""
+        import getpass
+
+        cache = f"torchinductor_{getpass.getuser()}"
+        return sorted(name for name in os.listdir(self.temp) if name != cache)
+
     @property
     def mark(self) -> str:
         """An environment variable that only this run's processes carry."""

@@ -148,21 +148,18 @@ def framework_run(run_store, cifar_dir: str, framework: str, replicas: int, *opt
     """`framework`'s shared run on `replicas` CPU replicas (SHARED_SHAPE) on
     the CIFAR-100-format data, with `options`; its weights saved. A Horovod
     framework names its launcher (mpirun unless `options` say otherwise), so
-    the same run has one key whoever asks; a driver's (Ray's) and a
-    TensorFlow framework's run with a HOME and TMPDIR of their own, to see
-    what they leave there (Ray's session, AutoGraph's sources)."""
+    the same run has one key whoever asks. Each runs with a HOME and TMPDIR
+    of its own, to see what it leaves there (StoredRun.left_in_temp)."""
     from trainscale.catalogue.launch_kinds import HOROVOD_LAUNCHER
-    from trainscale.catalogue.registry import framework_spec
     from trainscale.catalogue.settings import reads_setting
 
     if reads_setting(framework, HOROVOD_LAUNCHER.name) and "--horovod-launcher" not in options:
         options = ("--horovod-launcher", HOROVOD_LAUNCHER.default, *options)
-    spec = framework_spec(framework)
     return run_store.run(
         *("--framework", framework, "--gpus-per-node", str(replicas), *SHARED_SHAPE),
         *("--data-dir", cifar_dir, *options),
         weights=True,
-        private_home=bool(spec.driver) or spec.ecosystem == "tensorflow",
+        private_home=True,
     )
 
 

@@ -85,8 +85,9 @@ def test_framework_run_writes_an_ok_record(
     assert record["gpu_monitor_note"] == "CPU run: no GPU to sample"
     assert (record["input_channels"], record["augmentation"]) == (3, "crop-and-flip")
     # Every process removed AutoGraph's sources from its temp folder, those
-    # that end with os._exit too (trainscale.core.process_exit).
-    assert run.temp.is_dir() and not list(run.temp.glob("__autograph_generated_file*"))
+    # that end with os._exit too (trainscale.core.process_exit), and nothing
+    # else is left there.
+    assert run.left_in_temp() == []
     roles = framework_spec(framework).launch.roles(RunSettings(**record["settings"]))
     if len(roles) > 1:  # which process ran which role, in the record
         cluster = record["framework_config"]["cluster"]

@@ -34,6 +34,7 @@ def test_each_torch_framework_runs_and_records_every_process(run_store, cifar_di
     replicas = 1 if framework_spec(framework).one_device else 2
     run = framework_run(run_store, cifar_dir, framework, replicas)
     check_a_torch_run(run.record, run.stdout, replicas)
+    assert run.left_in_temp() == []  # torchrun's agents' log folders among what could be
 
 
 @pytest.mark.slow

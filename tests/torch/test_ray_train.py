@@ -4,7 +4,6 @@ left behind (temp folder, home folder, process table). Its other cases come
 from the registry: equivalence (test_equivalence.py), a killed worker
 (test_failures.py), the examples, the local and SLURM studies."""
 
-import getpass
 import glob
 import os
 from pathlib import Path
@@ -70,10 +69,8 @@ def test_two_workers_every_rate_in_the_record_and_nothing_left_behind(run_store,
     # Nothing left: the temp and home folders as they were, only the record,
     # its timeline and the weights beside what the store keeps, and no
     # process of the run alive.
-    # torch's own compile cache (torchinductor_<user>) is made by torch-ddp's
-    # runs as well: it is torch's, not Ray's.
-    left = set(os.listdir(run.temp)) - {f"torchinductor_{getpass.getuser()}"}
-    assert left == set() and sorted(os.listdir(run.home)) == []
+    assert run.left_in_temp() == []
+    assert sorted(os.listdir(run.home)) == []
     assert _links_into(run.folder) == []  # Ray's short link, removed
     written = set(os.listdir(run.folder)) - {"home", "tmp", "result.json"}
     assert written == {"record.json", "record.json.timeline.jsonl", "weights.npz"}

@@ -15,7 +15,7 @@ import os
 from trainscale.catalogue.launch_kinds import HOROVODRUN_GLOO, LaunchKind, Plan, Process
 from trainscale.core import slurm
 from trainscale.core.ports import free_ports
-from trainscale.core.process_exit import remove_file
+from trainscale.core.process_exit import remove_file, temp_folder_until_exit
 from trainscale.core.setting import Setting
 
 # Set on each local elastic agent: the node it stands for (a node fault's).
@@ -127,8 +127,11 @@ class TorchElastic(LaunchKind):
     def probe_launches(self) -> dict[str, dict]:
         return {"torch": {}}
 
-    def agent(self, command, settings, agents: int, per_agent: int, endpoint: str, run_id: str):
-        """One torchrun agent's argv, starting `command` (python -m trainscale ...)."""
+    def agent(
+        self, command, settings, agents: int, per_agent: int, endpoint: str, run_id: str, logs=()
+    ):
+        """One torchrun agent's argv, starting `command` (python -m trainscale
+        ...); `logs`: its --log-dir option, if any."""
         minimum = -(-settings.min_replicas // per_agent)  # agents whose ranks make the minimum
         return [
             command[0],
@@ -141,13 +144,18 @@ class TorchElastic(LaunchKind):
             f"--rdzv-id={run_id}",
             f"--rdzv-conf={ELASTIC_RENDEZVOUS}",
             f"--max-restarts={ELASTIC_MAX_RESTARTS}",
+            *logs,
             *command[1:],
         ]
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
         port = free_ports(1)[0]
         endpoint = f"127.0.0.1:{port}"
-        argv = self.agent(command, settings, processes, 1, endpoint, f"local{port}")
+        # Without --log-dir each agent makes a folder for its ranks' error
+        # files in the temp folder (torchelastic_*), and none removes it: one
+        # per agent per run. This one is the launcher's, which outlives them.
+        logs = ("--log-dir", temp_folder_until_exit("trainscale-torchrun-"))
+        argv = self.agent(command, settings, processes, 1, endpoint, f"local{port}", logs)
         # Each agent's LOCAL_WORLD_SIZE is 1: without the machine's count each
         # CPU rank took every core's threads, trained a fifth as fast, and
         # ended at another loss than torch-ddp's (bench/README.md).

@@ -28,6 +28,19 @@ def remove_file(path: str) -> None:
         os.remove(path)
 
 
+def temp_folder_until_exit(prefix: str) -> str:
+    """A new folder in the temp folder, removed with what is in it when this
+    process exits (an atexit hook): for what the processes a launcher waits
+    for write while they run."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def remove_autograph_sources() -> None:
     """Remove the source files of this process's AutoGraph modules, as
     AutoGraph's own atexit hook would."""
