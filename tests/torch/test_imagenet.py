@@ -3,12 +3,15 @@
 crop, the same batches whichever worker decodes them, a bad file named, the
 TFRecord layout refused, and one decoded-input run."""
 
+import shutil
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from runs import assert_trains_on_decoded_imagenet
+from runs import assert_trains_on_decoded_imagenet, trainscale
 
 from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.core.data_error import DataError
@@ -85,3 +88,33 @@ def test_torch_refuses_tfrecord_shards_and_accuracy_mode_on_imagenet(imagenet):
 @pytest.mark.slow
 def test_ddp_trains_on_the_jpeg_tree_and_records_the_pipelines_rate(tmp_path):
     assert_trains_on_decoded_imagenet(tmp_path, "torch-ddp", "imagenet-jpeg")
+
+
+def test_a_temp_folder_too_long_for_the_workers_sockets_is_refused_at_once(tmp_path, imagenet):
+    # One byte past what a worker's socket allows (the decoded run above
+    # trains with a temp folder of the longest that fits): the run fails in
+    # one line before its first step, where it waited for its watchdog.
+    from trainscale.core.imagenet import SOCKET_PATH_LIMIT, WORKER_SOCKET_SUFFIX
+
+    room = SOCKET_PATH_LIMIT - WORKER_SOCKET_SUFFIX
+    top = Path(tempfile.mkdtemp(prefix="refused-"))  # tmp_path may be longer already
+    temp = top / ("t" * (room - len(str(top))))
+    temp.mkdir()
+    assert len(str(temp)) == room + 1
+    output = tmp_path / "run.json"
+    try:
+        result = trainscale(
+            "run",
+            *("--framework", "torch-single", "--device", "cpu", "--model", "small_cnn"),
+            *("--image-size", "32", "--batch-size", "4", "--loader-workers", "1"),
+            *("--dataset", "imagenet-jpeg", "--data-dir", imagenet, "--timeout", "120"),
+            *("--output", str(output)),
+            env={"TMPDIR": str(temp)},
+        )
+    finally:
+        shutil.rmtree(top)
+    # Refused as a bad input file is (trainscale.core.data_error): its line, no record.
+    assert result.returncode == 1, result.stderr[-2000:]
+    why = f"DataError: the temp folder {temp} is {room + 1} bytes long"
+    assert why in result.stderr, result.stderr[-2000:]
+    assert not output.exists()

@@ -149,6 +149,28 @@ class Pipeline:
     workers: int  # decoding processes (torch) or parallel calls (tf.data; 0: autotuned)
 
 
+# A torch DataLoader's worker hands each batch to its rank over a Unix socket
+# in the temp folder (multiprocessing's resource sharer:
+# TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX). Past the 107 bytes of a socket's
+# path (Linux), its bind fails in the worker's queue thread, the batch never
+# comes, and the rank waited for it until its watchdog (a 76-character
+# TMPDIR here; 75 trained).
+SOCKET_PATH_LIMIT = 107
+WORKER_SOCKET_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def check_worker_sockets_fit(temp: str) -> None:
+    """Refuse, in one line, a temp folder whose path leaves a worker's socket
+    no room (WORKER_SOCKET_SUFFIX)."""
+    room = SOCKET_PATH_LIMIT - WORKER_SOCKET_SUFFIX
+    if len(os.fsencode(temp)) > room:
+        raise DataError(
+            f"the temp folder {temp} is {len(os.fsencode(temp))} bytes long; the decoding "
+            f"workers' sockets need one of at most {room}: set TMPDIR to a shorter one, "
+            "or --loader-workers 0"
+        )
+
+
 def decode_only_rate(batches, count: int) -> float:
     """Images per second an iterator of (images, labels) batches yields
     alone, over `count` batches after a first one (its workers' start)."""

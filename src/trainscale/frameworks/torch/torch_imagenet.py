@@ -14,13 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import math
+import tempfile
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from trainscale.core.data_error import DataError
-from trainscale.core.imagenet import CENTRAL_FRACTION, ImageFiles, Pipeline
+from trainscale.core.imagenet import (
+    CENTRAL_FRACTION,
+    ImageFiles,
+    Pipeline,
+    check_worker_sockets_fit,
+)
 from trainscale.harness.data import shard_indices
 
 SCALE, RATIO, ATTEMPTS = (0.08, 1.0), (3 / 4, 4 / 3), 10
@@ -107,6 +113,8 @@ def jpeg_loader(
             "TFRecord shards are TensorFlow's"
         )
     p = pipeline
+    if p.workers:
+        check_worker_sockets_fit(tempfile.gettempdir())
     indices = shard_indices(len(files), p.shard_index, p.num_shards, p.seed)
     dataset = JpegFiles(files, indices, p.image_size, p.seed, p.augment)
     # An epoch is the shard once; positions past it are the next epochs.
