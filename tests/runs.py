@@ -3,6 +3,7 @@ runs them (.venv-train for tests/harness, .venv-torch for tests/torch)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -349,27 +350,32 @@ def assert_classifies_the_sky_survey(tmp_path: Path, framework: str) -> dict:
     return record
 
 
+@contextlib.contextmanager
+def temp_folder_of_length(length: int, prefix: str):
+    """A new folder whose path is `length` characters long, made at the
+    system's temp folder (pytest's tmp_path may be longer already), removed
+    after: a TMPDIR at the edge of what a decoding worker's socket allows."""
+    top = Path(tempfile.mkdtemp(prefix=prefix))
+    folder = top / ("x" * (length - len(str(top)) - 1))
+    folder.mkdir()
+    assert len(str(folder)) == length
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(top)
+
+
 def assert_trains_on_decoded_imagenet(tmp_path: Path, framework: str, dataset: str) -> dict:
     """`framework` on 2 replicas trains the small CNN for two timed blocks on
     generated ImageNet files (trainscale.core.imagenet), decoding them as it
     trains; its record has the pipeline's own rate, measured after the clock."""
-    from trainscale.core.imagenet import (
-        SOCKET_PATH_LIMIT,
-        WORKER_SOCKET_SUFFIX,
-        generate_imagenet,
-    )
+    from trainscale.core.imagenet import SOCKET_PATH_LIMIT, WORKER_SOCKET_SUFFIX, generate_imagenet
 
     output = tmp_path / "run.json"
     data = generate_imagenet(str(tmp_path / "imagenet"), classes=4, per_class=8, shards=2)
     # The run's own temp folder, as long as a decoding worker's socket allows
-    # (test_imagenet.py refuses one byte more): under tmp_path, the path of
-    # a worker's socket in it would pass AF_UNIX's 107 bytes.
-    top = Path(tempfile.mkdtemp(prefix="decoded-"))
-    room = SOCKET_PATH_LIMIT - WORKER_SOCKET_SUFFIX
-    temp = top / ("x" * (room - len(str(top)) - 1))
-    temp.mkdir()
-    assert len(str(temp)) == room
-    try:
+    # (test_imagenet.py refuses one byte more).
+    with temp_folder_of_length(SOCKET_PATH_LIMIT - WORKER_SOCKET_SUFFIX, "decoded-") as temp:
         trainscale(
             "run",
             *("--framework", framework, "--gpus-per-node", "2", "--device", "cpu"),
@@ -383,8 +389,6 @@ def assert_trains_on_decoded_imagenet(tmp_path: Path, framework: str, dataset: s
         # A loader's workers ended through their own exit, which removes the
         # folder multiprocessing made each one (torch_imagenet.stop_workers).
         left = sorted(p.name for p in temp.glob("pymp-*"))
-    finally:
-        shutil.rmtree(top)
     assert not left, left
     record = load_json(output)
     assert record["status"] == "ok" and record["dataset"] == dataset

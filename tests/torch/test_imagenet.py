@@ -3,15 +3,12 @@
 crop, the same batches whichever worker decodes them, a bad file named, the
 TFRecord layout refused, and one decoded-input run."""
 
-import shutil
-import tempfile
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from runs import assert_trains_on_decoded_imagenet, trainscale
+from runs import assert_trains_on_decoded_imagenet, temp_folder_of_length, trainscale
 
 from trainscale.catalogue.settings import RunSettings, SettingsError, validate
 from trainscale.core.data_error import DataError
@@ -97,12 +94,8 @@ def test_a_temp_folder_too_long_for_the_workers_sockets_is_refused_at_once(tmp_p
     from trainscale.core.imagenet import SOCKET_PATH_LIMIT, WORKER_SOCKET_SUFFIX
 
     room = SOCKET_PATH_LIMIT - WORKER_SOCKET_SUFFIX
-    top = Path(tempfile.mkdtemp(prefix="refused-"))  # tmp_path may be longer already
-    temp = top / ("t" * (room - len(str(top))))
-    temp.mkdir()
-    assert len(str(temp)) == room + 1
     output = tmp_path / "run.json"
-    try:
+    with temp_folder_of_length(room + 1, "refused-") as temp:
         result = trainscale(
             "run",
             *("--framework", "torch-single", "--device", "cpu", "--model", "small_cnn"),
@@ -111,8 +104,6 @@ def test_a_temp_folder_too_long_for_the_workers_sockets_is_refused_at_once(tmp_p
             *("--output", str(output)),
             env={"TMPDIR": str(temp)},
         )
-    finally:
-        shutil.rmtree(top)
     # Refused as a bad input file is (trainscale.core.data_error): its line, no record.
     assert result.returncode == 1, result.stderr[-2000:]
     why = f"DataError: the temp folder {temp} is {room + 1} bytes long"

@@ -15,7 +15,7 @@ import os
 from trainscale.catalogue.launch_kinds import HOROVODRUN_GLOO, LaunchKind, Plan, Process
 from trainscale.core import slurm
 from trainscale.core.ports import free_ports
-from trainscale.core.process_exit import remove_file, temp_folder_until_exit
+from trainscale.core.process_exit import temp_folder_until_exit
 from trainscale.core.setting import Setting
 
 # Set on each local elastic agent: the node it stands for (a node fault's).
@@ -222,19 +222,15 @@ class HorovodElastic(LaunchKind):
         return {"horovod-gloo": {"horovod_launcher": "gloo"}}
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
-        import atexit
-        import tempfile
-
         # Ranks split over the host's two names, the first taking any odd one.
         slots = (processes - processes // 2, processes // 2)
         lines = [f"echo {host}:{n}" for host, n in zip(HOROVOD_LOCAL_HOSTS, slots) if n]
-        handle, script = tempfile.mkstemp(prefix="trainscale-hosts-", suffix=".sh")
-        with os.fdopen(handle, "w") as out:
-            out.write("#!/bin/sh\n" + "\n".join(lines) + "\n")
-        os.chmod(script, 0o755)
         # horovodrun reads it as long as its driver runs, which the process
         # that made this plan outlives (the launcher waits for its plan).
-        atexit.register(remove_file, script)
+        script = os.path.join(temp_folder_until_exit("trainscale-hosts-"), "discover_hosts.sh")
+        with open(script, "w") as out:
+            out.write("#!/bin/sh\n" + "\n".join(lines) + "\n")
+        os.chmod(script, 0o755)
         launch = [*HOROVODRUN_GLOO, "-np", str(processes)]
         launch += ["--min-np", str(settings.min_replicas), "--max-np", str(processes)]
         launch += ["--host-discovery-script", script, "--elastic-timeout", "60"]

@@ -162,10 +162,10 @@ WORKER_SOCKET_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
 def check_worker_sockets_fit(temp: str) -> None:
     """Refuse, in one line, a temp folder whose path leaves a worker's socket
     no room (WORKER_SOCKET_SUFFIX)."""
-    room = SOCKET_PATH_LIMIT - WORKER_SOCKET_SUFFIX
-    if len(os.fsencode(temp)) > room:
+    room, length = SOCKET_PATH_LIMIT - WORKER_SOCKET_SUFFIX, len(os.fsencode(temp))
+    if length > room:
         raise DataError(
-            f"the temp folder {temp} is {len(os.fsencode(temp))} bytes long; the decoding "
+            f"the temp folder {temp} is {length} bytes long; the decoding "
             f"workers' sockets need one of at most {room}: set TMPDIR to a shorter one, "
             "or --loader-workers 0"
         )
