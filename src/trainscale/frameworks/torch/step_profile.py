@@ -6,11 +6,6 @@ libraries and the C library's freed pages with it; this is the tensors."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import warnings
-
 
 def step_profiler(settings):
     """The profiler for that step: shapes for the collectives; with
@@ -31,26 +26,27 @@ def tensor_memory_at_peak(profiler, device) -> dict:
     """The live tensor bytes on `device` at the profiled step's peak, and by
     category there (parameter, optimizer_state, input, temporary,
     activation, gradient, autograd_detail, unknown), as torch's memory
-    timeline counts them."""
-    from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX
+    timeline counts them, less the collectives' copies it never saw freed
+    (close_collective_copies)."""
+    from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX, MemoryProfileTimeline
 
     names = [category.name.lower() if category else "unknown" for category in _CATEGORY_TO_INDEX]
     source = "torch profiler memory timeline, one step after the timed ones"
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "timeline.json")
-        try:
-            with warnings.catch_warnings():
-                # Deprecated in torch 2.13 for a recorder of CUDA memory only.
-                warnings.simplefilter("ignore", FutureWarning)
-                profiler.export_memory_timeline(path, device=str(device))
-        except Exception as err:  # noqa: BLE001 - the run's own numbers stand without it
-            # torch 2.13's timeline sometimes asserts "version mismatch" on a
-            # rank of FSDP2 with activation checkpointing: the record says so,
-            # the run goes on.
-            first_line = f"{type(err).__name__}: {err}".splitlines()[0][:120]
-            return {"bytes": None, "by_category": {}, "source": source, "error": first_line}
-        with open(path) as handle:
-            _, sizes = json.load(handle)
+    try:
+        timeline = MemoryProfileTimeline(profiler._memory_profile())
+    except Exception as err:  # noqa: BLE001 - the run's own numbers stand without it
+        # torch 2.13's timeline sometimes asserts "version mismatch" on a
+        # rank of FSDP2 with activation checkpointing: the record says so,
+        # the run goes on.
+        first_line = f"{type(err).__name__}: {err}".splitlines()[0][:120]
+        return {"bytes": None, "by_category": {}, "source": source, "error": first_line}
+    collectives = [
+        (event.start_ns(), event.start_ns() + event.duration_ns())
+        for event in profiler.profiler.kineto_results.events()
+        if event.name().startswith("c10d::")
+    ]
+    timeline.timeline = close_collective_copies(timeline.timeline, collectives)
+    _, sizes = timeline._coalesce_timeline(str(device))
     # Each row: the bytes of each category at one instant, after a column of 0.
     peak = max(sizes, key=sum)
     return {
@@ -58,6 +54,42 @@ def tensor_memory_at_peak(profiler, device) -> dict:
         "by_category": {name: int(size) for name, size in zip(names, peak[1:]) if size},
         "source": source,
     }
+
+
+def close_collective_copies(timeline: list, collectives: list) -> list:
+    """torch's memory timeline, (time, action, (key, version), bytes) in time
+    order, with a free added at a collective's end for each tensor made
+    inside it (`collectives`: their (start, end) times) that the timeline
+    never saw freed: its storage made again, or alive at the end. Gloo's
+    reduce-scatter clones its input and its worker thread often drops the
+    last reference, which the profiler does not see; counted live to the
+    end, such a copy of FSDP2's head gradient lifted a gpt-tiny rank's peak
+    by its 12.87 MB once or twice, by the ranks' timing (bench/README.md).
+    The call waits for the collective, so by its end the copy is done with."""
+    from torch.profiler._memory_profiler import Action
+
+    def end_of_collective(time):
+        return next((end for start, end in collectives if start <= time <= end), None)
+
+    unfreed: dict = {}  # key: (collective's end, version, bytes) of a copy not seen freed
+    frees = []
+    for time, action, (key, version), size in timeline:
+        if action == Action.CREATE:
+            if key in unfreed:  # the allocator gave its storage out again
+                end, last, made = unfreed.pop(key)
+                frees.append((end, Action.DESTROY, (key, last), made))
+            end = end_of_collective(time)
+            if end is not None:
+                unfreed[key] = (end, version, size)
+        elif action == Action.DESTROY:
+            unfreed.pop(key, None)
+        elif action == Action.INCREMENT_VERSION and key in unfreed:
+            end, _, made = unfreed[key]
+            unfreed[key] = (end, version + 1, made)
+    for key, (end, last, made) in unfreed.items():
+        frees.append((end, Action.DESTROY, (key, last), made))
+    # Stable: a free lands after what the timeline has at the same instant.
+    return sorted([*timeline, *frees], key=lambda event: event[0])
 
 
 def note_tensor_memory(backend, profiler) -> None:
