@@ -93,8 +93,9 @@ def test_the_memory_study_measures_every_scheme_at_every_size(study):
     # freed, step_profile.close_collective_copies, without which FSDP2's
     # gpt-tiny rank read up to two embeddings above the range; a process it
     # cannot count is left out, FSDP2's on gpt-tiny in torch 2.13).
-    # DeepSpeed's ZeRO-3 holds its reduce bucket whole, 2.0 GB of fp32 gradient at the default (the
-    # model's buffers term), and the whole model gathered.
+    # DeepSpeed's ZeRO-3 holds its reduce bucket whole, 2.0 GB of fp32
+    # gradient at the default (the model's buffers term), and the whole
+    # model gathered.
     check = pd.read_csv(os.path.join(study, "tables", "memory_model_check.csv"))
     print(check.drop(columns=["configuration"]).to_string())
     assert len(check) >= 6 and set(check["framework"]) <= SCHEMES

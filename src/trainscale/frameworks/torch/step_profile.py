@@ -65,7 +65,9 @@ def close_collective_copies(timeline: list, collectives: list) -> list:
     last reference, which the profiler does not see; counted live to the
     end, such a copy of FSDP2's head gradient lifted a gpt-tiny rank's peak
     by its 12.87 MB once or twice, by the ranks' timing (bench/README.md).
-    The call waits for the collective, so by its end the copy is done with."""
+    That call waits for its collective, so by its end the copy is done with;
+    an async collective's copy would be freed early by this rule (DDP's and
+    tensor parallelism's rows in the memory study read as before it)."""
     from torch.profiler._memory_profiler import Action
 
     def end_of_collective(time):
