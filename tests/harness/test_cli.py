@@ -242,3 +242,22 @@ def test_mpirun_authenticates_its_local_ranks_without_munge(monkeypatch):
     assert mpirun_variables("gloo") == {}
     monkeypatch.setenv("PMIX_MCA_psec", "munge")
     assert mpirun_variables("mpi") == {}
+
+
+def test_a_ray_example_starts_ray_as_lean_as_the_harness_does(monkeypatch):
+    # An example's Ray instance started its idle task workers and metrics
+    # exporters too (launch_kinds.LEAN_RAY): each costs CPU-seconds beside
+    # the training; a user's own setting stands.
+    from trainscale.catalogue.launch_kinds import LEAN_RAY, RayDriver
+    from trainscale.catalogue.settings import RunSettings
+
+    def ray_variables() -> dict:
+        settings = RunSettings(framework="ray-train", device="cpu")
+        [process] = RayDriver().local_plan(1, ["python", "torch_ray.py"], settings)
+        return process.env
+
+    for name in LEAN_RAY:
+        monkeypatch.delenv(name, raising=False)
+    assert ray_variables() == {**LEAN_RAY, "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+    monkeypatch.setenv("RAY_enable_worker_prestart", "1")
+    assert ray_variables()["RAY_enable_worker_prestart"] == "1"

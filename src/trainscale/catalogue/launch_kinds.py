@@ -313,6 +313,21 @@ class TorchDistributed(LaunchKind):
 # (the patched print and the worker's output stream): one copy is enough.
 QUIET_RAY = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
 
+# What Ray starts for features a run does not use, off: the driver's
+# environment reaches `ray start`, the raylet and every actor it starts
+# (the harness's driver and an example's alike; bench/README.md, Ray).
+LEAN_RAY = {
+    # Idle workers started ahead for tasks: Train's controller and workers
+    # are actors with an environment of their own, which start their own.
+    "RAY_enable_worker_prestart": "0",
+    "RAY_prestart_worker_first_driver": "0",
+    # A poller for nodes a cloud autoscaler drains (spot preemption).
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    # Ray's own metrics export: the record holds trainscale's measurements.
+    "RAY_TRAIN_METRICS_ENABLED": "0",
+    "RAY_enable_metrics_collection": "0",
+}
+
 
 class RayDriver(OneProcess):
     """One process here, Ray's driver: it starts a private Ray instance and
@@ -331,7 +346,8 @@ class RayDriver(OneProcess):
         return ["--workers", str(replicas)]  # Ray starts them, on CPUs or GPUs
 
     def local_plan(self, processes: int, command: list[str], settings) -> Plan:
-        return [Process(command, QUIET_RAY)]
+        lean = {name: os.environ.get(name, value) for name, value in LEAN_RAY.items()}
+        return [Process(command, {**lean, **QUIET_RAY})]  # a user's own setting wins
 
     @staticmethod
     def max_failures(settings) -> int:

@@ -36,26 +36,10 @@ import tempfile
 import time
 
 from trainscale.catalogue.elastic_kinds import worker_range
-from trainscale.catalogue.launch_kinds import RAY
+from trainscale.catalogue.launch_kinds import LEAN_RAY, RAY
 from trainscale.frameworks.torch.torch_backend import TorchBackend
 from trainscale.frameworks.torch.torch_ddp import DistributedDataParallel
 from trainscale.frameworks.torch.torch_elastic import ElasticDistributedDataParallel as Elastic
-
-# What Ray starts for features a run does not use, off (the driver's
-# environment reaches `ray start`, the raylet and every actor it starts).
-# Measured on 2 CPU cores, a 2-worker run of 2 steps: 68 CPU-seconds and
-# 48 s of wall time with Ray's defaults, 57 and 41 without these.
-LEAN_RAY = {
-    # Idle workers started ahead for tasks: Train's controller and workers
-    # are actors with an environment of their own, which start their own.
-    "RAY_enable_worker_prestart": "0",
-    "RAY_prestart_worker_first_driver": "0",
-    # A poller for nodes a cloud autoscaler drains (spot preemption).
-    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-    # Ray's own metrics export: the record holds trainscale's measurements.
-    "RAY_TRAIN_METRICS_ENABLED": "0",
-    "RAY_enable_metrics_collection": "0",
-}
 
 # Ray's sockets live below its temp folder, and a Unix socket path has at
 # most 107 bytes: a run folder deeper than this is reached by a short link.
