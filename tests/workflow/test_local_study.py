@@ -17,6 +17,7 @@ from conftest import (
 )
 
 from trainscale.catalogue.registry import framework_spec, label
+from trainscale.core.faults import timeline_path
 from trainscale.study.study import parse_knobs
 
 STUDY = {
@@ -227,12 +228,11 @@ def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, 
     folder = Path(repo, "results", "tiny-cpu")
     saved_before = (folder / "config.yaml").read_text()
     # A deleted record reruns alone (test_rerun_is_a_no_op_... plans it): here
-    # it trains, with the new points, and its point's other files are rewritten.
+    # it trains, with the new points, and appends to its point's timeline.
     os.remove(os.path.join(repo, RECORD))
-    point = os.path.relpath(os.path.join(repo, RECORD), folder / "runs").removesuffix(".json")
-    records_before = {
-        k: v for k, v in _tree(str(folder / "runs")).items() if not k.startswith(point)
-    }
+    runs = folder / "runs"
+    retrained = {os.path.relpath(Path(repo, p), runs) for p in (RECORD, timeline_path(RECORD))}
+    records_before = {k: v for k, v in _tree(str(runs)).items() if k not in retrained}
     # The torch frameworks of ranks, one per launch kind, with the same
     # settings, each run from its own environment: an extension of both ecosystems.
     extended = {
@@ -247,7 +247,7 @@ def test_a_grid_extension_trains_only_the_new_points_and_saves_the_union(study, 
     assert (folder / "config.yaml").read_text() == saved_before  # a dry run saves nothing
     run = snakemake(repo, *args, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    records_after = _tree(str(folder / "runs"))
+    records_after = _tree(str(runs))
     assert {k: v for k, v in records_after.items() if k in records_before} == records_before
     assert json.loads(Path(repo, RECORD).read_text())["status"] == "ok"
     _check_each_ecosystem(folder)
